@@ -1,0 +1,28 @@
+"""The thread count every compiled kernel runs with (OMP_NUM_THREADS honoured at import)."""
+import operator
+import os
+
+
+def _default():
+    try:
+        return max(1, int(os.environ.get("OMP_NUM_THREADS", "").split(",")[0]))
+    except ValueError:
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+_num_threads = _default()
+
+
+def set_num_threads(n):
+    """Set how many threads silkattn's kernels use (all backends); returns the previous value."""
+    global _num_threads
+    n = operator.index(n)
+    if n < 1:
+        raise ValueError(f"n must be a positive number of threads, got {n}")
+    previous, _num_threads = _num_threads, n
+    return previous
+
+
+def get_num_threads():
+    """The number of threads silkattn's kernels use."""
+    return _num_threads

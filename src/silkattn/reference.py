@@ -1,0 +1,111 @@
+"""The NumPy reference: the oracle every silkattn kernel is tested against.
+
+The functions and signatures follow the forward pass at the end of the seed text
+("Attention Is All You Need", explained), written anew. This module is the single
+place where silkattn's semantics are defined:
+
+* attention: scores = Q K^T / sqrt(d_k); where ``mask`` is False the score is
+  *replaced* by -1e9 (not added to), then a max-shifted softmax over the keys and
+  the weighted sum of V. A query row whose keys are all masked therefore gets the
+  plain mean of V (uniform weights), never NaN or zeros. Q may be longer or
+  shorter than K/V (cross-attention) and leading batch dimensions broadcast.
+* layer_norm uses the population variance; feed_forward uses ReLU; block is
+  pre-norm, as in the listing.
+* dtype is preserved: float32 in, float32 out (constants take the array's dtype,
+  so NumPy 2 never upcasts a float32 computation to float64).
+"""
+import numpy as np
+
+MASKED = -1e9  # the score a masked-out key gets
+
+
+def softmax(x):
+    """softmax(x)_i = exp(x_i - max x) / sum_j exp(x_j - max x), over the last axis."""
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def attention(Q, K, V, mask=None):  # Q: (..., Sq, d_k)  K: (..., Sk, d_k)  V: (..., Sk, d_v)
+    """softmax(where(mask, Q K^T / sqrt(d_k), -1e9)) V  ->  (..., Sq, d_v)."""
+    scale = np.sqrt(np.asarray(Q.shape[-1], dtype=np.result_type(Q.dtype, K.dtype, np.float32)))
+    scores = Q @ np.swapaxes(K, -1, -2) / scale  # (..., Sq, Sk): how hard each thread pulls
+    if mask is not None:
+        scores = np.where(mask, scores, MASKED)  # replaced, so a fully masked row is uniform
+    return softmax(scores) @ V  # each row of weights sums to 1
+
+
+def multi_head(X, Wq, Wk, Wv, Wo, h, mask=None):  # X: (..., seq, d); W*: (d, d)
+    """concat_i attention(X Wq_i, X Wk_i, X Wv_i, mask) Wo, with h heads of d_k = d / h."""
+    *lead, seq, d = X.shape
+    if d % h:
+        raise ValueError(f"h={h} does not divide the model width d={d}")
+
+    def split(M):  # (..., seq, d) -> (..., h, seq, d_k): one read per leg
+        return np.swapaxes(M.reshape(*lead, seq, h, d // h), -2, -3)
+
+    heads = attention(split(X @ Wq), split(X @ Wk), split(X @ Wv), mask)  # (..., h, seq, d_k)
+    return np.swapaxes(heads, -2, -3).reshape(*lead, seq, d) @ Wo  # pool the h reads
+
+
+def layer_norm(X, g, b, eps=1e-5):
+    """g * (X - mean) / sqrt(var + eps) + b over the last axis (population variance)."""
+    mu = X.mean(-1, keepdims=True)
+    var = X.var(-1, keepdims=True)
+    return g * (X - mu) / np.sqrt(var + eps) + b
+
+
+def feed_forward(X, W1, b1, W2, b2):  # X: (..., d); W1: (d, d_ff); W2: (d_ff, d)
+    """max(0, X W1 + b1) W2 + b2: each position on its own."""
+    return np.maximum(X @ W1 + b1, 0) @ W2 + b2
+
+
+def block(X, p, mask=None):  # X: (..., seq, d)
+    """Pre-norm block: X += multi_head(LN1(X)); X += feed_forward(LN2(X)).
+
+    Fixes a defect of the seed listing, which calls feed_forward without its weights:
+    here they come from p["ffn"] = (W1, b1, W2, b2).
+    """
+    X = X + multi_head(layer_norm(X, *p["ln1"]), *p["attn"], p["h"], mask)
+    return X + feed_forward(layer_norm(X, *p["ln2"]), *p["ffn"])
+
+
+def transformer(token_ids, P):  # token_ids: (seq,) ints -> logits (seq, vocab)
+    """Decoder-only forward pass: embeddings + positions, N blocks, tied output projection.
+
+    Fixes a defect of the seed listing, which passes no mask: the decoder "can't feel a
+    thread that hasn't been spun yet", so every block gets the causal mask.
+    """
+    n = len(token_ids)
+    X = P["emb"][token_ids] + P["pos"][:n]  # words + positions
+    for layer in P["layers"]:
+        X = block(X, layer, causal_mask(n))
+    return X @ P["emb"].T  # scores over the vocabulary
+
+
+def positional_encoding(n, d):  # -> (n, d)
+    """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(pos / 10000^(2i/d))."""
+    angle = np.arange(n)[:, None] / 10000.0 ** (np.arange(0, d, 2) / d)  # (n, ceil(d/2))
+    pe = np.empty((n, d))
+    pe[:, 0::2], pe[:, 1::2] = np.sin(angle), np.cos(angle[:, : d // 2])
+    return pe
+
+
+def causal_mask(n, m=None):  # -> (n, m) bool
+    """mask[i, j] = j <= i: query i feels keys 0..i only (top-left aligned when m != n)."""
+    return np.tri(n, n if m is None else m, dtype=bool)
+
+
+def init_params(vocab, d=512, h=8, n_layers=6, d_ff=2048, max_len=2048, seed=0, dtype=np.float32):
+    """Random weights in the layout transformer() takes (fan-in scaled normals)."""
+    rng = np.random.default_rng(seed)
+
+    def w(*shape):
+        return (rng.standard_normal(shape) / np.sqrt(shape[0])).astype(dtype)
+
+    def layer():  # fresh arrays per layer, so editing one layer's weights leaves the others
+        ones, zeros = np.ones(d, dtype), np.zeros(d, dtype)
+        return {"ln1": (ones, zeros.copy()), "attn": (w(d, d), w(d, d), w(d, d), w(d, d)), "h": h,
+                "ln2": (ones.copy(), zeros.copy()), "ffn": (w(d, d_ff), np.zeros(d_ff, dtype), w(d_ff, d), zeros)}
+
+    return {"emb": w(vocab, d), "pos": positional_encoding(max_len, d).astype(dtype),
+            "layers": [layer() for _ in range(n_layers)]}
