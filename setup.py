@@ -5,6 +5,7 @@ Environment switches (read at build time):
                           still compiled in and chosen at run time when the CPU has them)
   SILKATTN_BOUNDSCHECK=1  Cython bounds and initialisation checks on, for hunting out-of-bounds access
 """
+import glob
 import os
 import tempfile
 import warnings
@@ -12,7 +13,7 @@ import warnings
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-OPS = ["softmax"]
+OPS = ["softmax", "layer_norm"]
 
 
 def _flag(name):
@@ -43,7 +44,7 @@ cflags = ["-O3", "-fno-math-errno"] + ([] if _flag("SILKATTN_PORTABLE") else ["-
 checks = _flag("SILKATTN_BOUNDSCHECK")
 directives = dict(language_level=3, boundscheck=checks, initializedcheck=checks, wraparound=False,
                   cdivision=True, nonecheck=False, embedsignature=True)
-extensions = [Extension(f"silkattn._cy.{op}", [f"kernels/{op}.pyx"], include_dirs=["kernels"],
+extensions = [Extension(f"silkattn._cy.{op}", [f"kernels/{op}.pyx"], include_dirs=["kernels"], depends=glob.glob("kernels/*.h") + glob.glob("kernels/*.pxi"),
                         extra_compile_args=cflags + omp, extra_link_args=omp + ["-lm"])
               for op in OPS]
 

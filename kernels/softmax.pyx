@@ -1,24 +1,21 @@
 """Row softmax: out[i, :] = exp(x[i, :] - max x[i, :]) / sum_j exp(x[i, j] - max x[i, :])."""
 from cython cimport floating
 from cython.parallel cimport prange
-from libc.math cimport exp
+from libc.stdint cimport int64_t
 
-include "openmp.pxi"
+include "common.pxi"
+
+cdef extern from "softmax.h" nogil:
+    void sa_softmax_row_f32(int isa, const float *x, float *out, int64_t n)
+    void sa_softmax_row_f64(int isa, const double *x, double *out, int64_t n)
 
 
 def softmax(const floating[:, ::1] x, floating[:, ::1] out, int num_threads):
-    """x, out: (rows, n) C-contiguous, same dtype; one thread per block of rows."""
-    cdef Py_ssize_t i, j, n = x.shape[1]
-    cdef floating m, s
+    """x, out: (rows, n) C-contiguous, same dtype; each thread takes a block of whole rows."""
+    cdef Py_ssize_t i, n = x.shape[1]
     with nogil:
         for i in prange(x.shape[0], num_threads=num_threads, schedule="static"):
-            m = x[i, 0]
-            for j in range(1, n):
-                if x[i, j] > m:
-                    m = x[i, j]
-            s = 0
-            for j in range(n):
-                out[i, j] = exp(x[i, j] - m)
-                s = s + out[i, j]
-            for j in range(n):
-                out[i, j] = out[i, j] / s
+            if floating is float:
+                sa_softmax_row_f32(ISA, &x[i, 0], &out[i, 0], n)
+            else:
+                sa_softmax_row_f64(ISA, &x[i, 0], &out[i, 0], n)

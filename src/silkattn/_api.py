@@ -1,13 +1,24 @@
 """Bookkeeping shared by the compiled backends: argument checks, dtypes, out allocation.
 
 Each public function takes a backend's kernel module and does everything but the arithmetic,
-so the kernels only ever see C-contiguous float32/float64 arrays of consistent shapes.
+so kernels only ever see float32/float64 buffers with unit-stride rows, explicit offsets and
+strides, and a result array they may write. The kernel contract (same for every backend):
+
+    softmax(x, out, num_threads)                       x, out: (rows, n) C-contiguous
+    layer_norm(x, g, b, eps, out, num_threads)         x, out: (rows, n); g, b: (n,)
+    attention(q, k, v, mask, out, offsets, strides, Sq, Sk, d_k, d_v, causal, masked, num_threads)
+        q, k, v: 1-D views over each operand's memory (one dtype); out: 1-D (B * Sq * d_v) C order;
+        mask: 1-D uint8 (0 = masked; ignored unless masked); offsets: int64 (B, 4), the element
+        offset of batch item b's first row in q, k, v, mask; strides: int64 (4,), the element step
+        between rows of q, k, v and mask (0: one mask row broadcast over the queries).
 """
+import math
+
 import numpy as np
 
 from ._threads import get_num_threads
 
-FLOATS = (np.float32, np.float64)
+FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def as_float_array(x, name):
@@ -44,4 +55,97 @@ def softmax(kernels, x, out=None):
     if x.size:
         n = x.shape[-1]
         kernels.softmax(np.ascontiguousarray(x).reshape(-1, n), out.reshape(-1, n), get_num_threads())
+    return out
+
+
+def _along_last_axis(a, n, dtype, name):
+    """A gain or bias as a contiguous (n,) vector, or a ValueError if it varies along other axes."""
+    a = as_float_array(a, name)
+    if a.ndim and (a.shape[-1] not in (1, n) or any(s != 1 for s in a.shape[:-1])):
+        raise ValueError(f"{name} must have shape ({n},) (or broadcast to it along the last axis), got {a.shape}")
+    return np.ascontiguousarray(np.broadcast_to(a.reshape(-1)[-1:] if a.size == 1 else a.reshape(-1), (n,)),
+                                dtype=dtype)
+
+
+def layer_norm(kernels, X, g, b, eps=1e-5, out=None):
+    X = as_float_array(X, "X")
+    if X.ndim == 0:
+        raise ValueError("X must have at least one dimension (layer_norm runs over the last axis)")
+    n = X.shape[-1]
+    if n == 0:
+        raise ValueError("X has a zero-length last axis: the mean of no values is undefined")
+    eps = float(eps)
+    if not eps >= 0:
+        raise ValueError(f"eps must be >= 0, got {eps}")
+    dtype = np.result_type(X, as_float_array(g, "g"), as_float_array(b, "b"))
+    g, b = _along_last_axis(g, n, dtype, "g"), _along_last_axis(b, n, dtype, "b")
+    out = check_out(out, X.shape, dtype, [X])
+    if X.size:
+        kernels.layer_norm(np.ascontiguousarray(X, dtype).reshape(-1, n), g, b, eps, out.reshape(-1, n),
+                           get_num_threads())
+    return out
+
+
+def _flat_rows(a, lead):
+    """(1-D view over a's memory, int64 offsets of each batch item in `lead`, row stride).
+
+    Keeps strided views (e.g. one head's columns of a projection) without a copy when the last
+    axis has unit stride and no stride is negative; copies otherwise.
+    """
+    item = a.itemsize
+    if a.ndim and (a.strides[-1] != item and a.shape[-1] > 1 or any(s < 0 or s % item for s in a.strides)):
+        a = np.ascontiguousarray(a)
+    steps = [0 if n == 1 else s // item for n, s in zip(a.shape, a.strides)]
+    span = 1 + sum((n - 1) * s for n, s in zip(a.shape, steps))
+    flat = np.lib.stride_tricks.as_strided(a, (span,), (item,), writeable=False)
+    lead_steps = [0] * (len(lead) - (a.ndim - 2)) + steps[:-2]
+    offsets = np.zeros(lead, np.int64)
+    for axis, (n, s) in enumerate(zip(lead, lead_steps)):
+        offsets = offsets + (np.arange(n, dtype=np.int64) * s).reshape((n,) + (1,) * (len(lead) - axis - 1))
+    return flat, np.broadcast_to(offsets, lead).reshape(-1), steps[-2]
+
+
+def attention(kernels, Q, K, V, mask=None, causal=False, out=None):
+    Q, K, V = as_float_array(Q, "Q"), as_float_array(K, "K"), as_float_array(V, "V")
+    for name, a in (("Q", Q), ("K", K), ("V", V)):
+        if a.ndim < 2:
+            raise ValueError(f"{name} must have at least 2 dimensions (..., seq, d), got shape {a.shape}")
+    (Sq, dk), (Sk, dk2), (Sv, dv) = Q.shape[-2:], K.shape[-2:], V.shape[-2:]
+    if dk != dk2:
+        raise ValueError(f"Q and K must share d_k (their last axis), got {dk} and {dk2}")
+    if Sk != Sv:
+        raise ValueError(f"K and V must have the same number of keys, got {Sk} and {Sv}")
+    try:
+        lead = np.broadcast_shapes(Q.shape[:-2], K.shape[:-2], V.shape[:-2])
+    except ValueError:
+        raise ValueError(f"the leading (batch) dims of Q {Q.shape}, K {K.shape} and V {V.shape} "
+                         "do not broadcast") from None
+    masked = mask is not None
+    if masked:
+        m = np.asarray(mask)
+        if m.dtype.kind not in "biuf":
+            raise TypeError(f"mask must be boolean (or 0/1 numbers), got dtype {m.dtype}")
+        try:
+            lead = np.broadcast_shapes(lead, m.shape[:-2])
+            np.broadcast_shapes(m.shape[-2:], (Sq, Sk))
+        except ValueError:
+            raise ValueError(f"mask of shape {m.shape} does not broadcast to {lead + (Sq, Sk)}") from None
+        m = m.reshape((1,) * (2 - m.ndim) + m.shape) if m.ndim < 2 else m
+        m = np.broadcast_to(m, m.shape[:-1] + (Sk,))  # the kernels read keys one by one
+        m = (m if m.dtype == bool else m != 0).view(np.uint8)
+    if Sk == 0 and Sq:
+        raise ValueError("K and V have no keys (Sk = 0): a softmax over no keys is undefined")
+    if dk == 0:
+        raise ValueError("Q and K have d_k = 0: the scale 1/sqrt(d_k) is undefined")
+    dtype = np.result_type(Q, K, V)
+    Q, K, V = (a.astype(dtype, copy=False) for a in (Q, K, V))
+    out = check_out(out, lead + (Sq, dv), dtype, [Q, K, V])
+    if out.size == 0:
+        return out
+    parts = [_flat_rows(a, lead) for a in (Q, K, V)]
+    parts.append(_flat_rows(m if masked else np.ones((1, 1), np.uint8), lead))
+    offsets = np.ascontiguousarray(np.stack([p[1] for p in parts], axis=1))
+    strides = np.array([p[2] for p in parts], np.int64)
+    kernels.attention(*(p[0] for p in parts), out.reshape(-1), offsets, strides,
+                      Sq, Sk, dk, dv, bool(causal), masked, get_num_threads())
     return out

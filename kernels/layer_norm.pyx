@@ -1,0 +1,23 @@
+"""Layer norm over rows: out[i] = g * (x[i] - mean x[i]) / sqrt(var x[i] + eps) + b."""
+from cython cimport floating
+from cython.parallel cimport prange
+from libc.stdint cimport int64_t
+
+include "common.pxi"
+
+cdef extern from "layer_norm.h" nogil:
+    void sa_layer_norm_row_f32(int isa, const float *x, const float *g, const float *b, float eps, float *out, int64_t n)
+    void sa_layer_norm_row_f64(int isa, const double *x, const double *g, const double *b, double eps, double *out, int64_t n)
+
+
+def layer_norm(const floating[:, ::1] x, const floating[::1] g, const floating[::1] b, double eps,
+               floating[:, ::1] out, int num_threads):
+    """x, out: (rows, n) C-contiguous; g, b: (n,); each thread takes a block of whole rows."""
+    cdef Py_ssize_t i, n = x.shape[1]
+    cdef floating e = <floating>eps
+    with nogil:
+        for i in prange(x.shape[0], num_threads=num_threads, schedule="static"):
+            if floating is float:
+                sa_layer_norm_row_f32(ISA, &x[i, 0], &g[0], &b[0], e, &out[i, 0], n)
+            else:
+                sa_layer_norm_row_f64(ISA, &x[i, 0], &g[0], &b[0], e, &out[i, 0], n)
