@@ -1,5 +1,6 @@
 """The Cython (OpenMP) backend: the reference's API on compiled, multithreaded kernels."""
 from . import _api
+from ._cy import attention as _attention
 from ._cy import layer_norm as _layer_norm
 from ._cy import softmax as _softmax
 
@@ -15,3 +16,11 @@ def softmax(x, *, out=None):
 def layer_norm(X, g, b, eps=1e-5, *, out=None):
     """g * (X - mean) / sqrt(var + eps) + b over the last axis (population variance)."""
     return _api.layer_norm(_layer_norm, X, g, b, eps, out)
+
+
+def attention(Q, K, V, mask=None, *, causal=False, out=None):
+    """softmax(where(mask, Q K^T / sqrt(d_k), -1e9)) V over (..., Sq, d_k), (..., Sk, d_k), (..., Sk, d_v).
+
+    causal=True also hides key j from query i when j > i (top-left aligned), without a mask array.
+    """
+    return _api.attention(_attention, Q, K, V, mask, causal, out)

@@ -1,0 +1,47 @@
+#include "isa.h"
+
+#ifndef SA_ATTENTION_ARGS
+#define SA_ATTENTION_ARGS
+#define SA_MASKED (-1e9)
+#define SA_LOG2E 1.4426950408889634
+
+/* One attention call, as the Python bookkeeping laid it out (see silkattn/_api.py). */
+typedef struct {
+    const void *q, *k, *v;
+    const uint8_t *mask;
+    void *out;               /* (B, Sq, dv) C order */
+    const int64_t *offsets;  /* (B, 4): element offset of batch item b in q, k, v, mask */
+    int64_t rs[4];           /* element step between rows of q, k, v, mask */
+    int64_t Sq, Sk, dk, dv;
+    int64_t bq, bk;          /* tile sizes: bq a multiple of 6, bk a multiple of 16 */
+    int causal, masked;
+} sa_attn_args;
+
+/* The next rows x cols block of scratch, 64-byte aligned; sa_attn_scratch_bytes sums the same. */
+static void *sa_carve(char **cur, int64_t rows, int64_t cols, size_t tsize) {
+    void *p = *cur;
+    *cur += ((size_t)rows * (size_t)cols * tsize + 63) / 64 * 64;
+    return p;
+}
+
+static size_t sa_attn_scratch_bytes(const sa_attn_args *a, size_t tsize) {
+    char *cur = NULL;
+    int64_t rows = a->bq + 6;
+    sa_carve(&cur, rows, a->dk, tsize), sa_carve(&cur, a->dk, a->bk, tsize);
+    sa_carve(&cur, rows, a->bk, tsize), sa_carve(&cur, a->bk, a->dv + 16, tsize);
+    sa_carve(&cur, rows, a->dv + 16, tsize);
+    sa_carve(&cur, rows, 1, tsize), sa_carve(&cur, rows, 1, tsize);
+    return (size_t)cur;
+}
+#endif
+
+#define SA_TEMPLATE "tmpl_attention.h"
+#include "instances.h"
+
+#define SA_DISPATCH(name)                                                                          \
+    static inline void sa_attn_tile_##name(int isa, const sa_attn_args *a, int64_t b, int64_t q0,   \
+                                           void *scratch) {                                        \
+        (isa ? sa_attn_tile_##name##_avx2 : sa_attn_tile_##name##_generic)(a, b, q0, scratch); }
+SA_DISPATCH(f32)
+SA_DISPATCH(f64)
+#undef SA_DISPATCH

@@ -1,0 +1,60 @@
+"""Fused scaled-dot-product attention: softmax(where(mask, Q K^T / sqrt(d_k), -1e9)) V, flash-style."""
+from cython cimport floating
+from cython.parallel cimport parallel, prange
+from libc.stdint cimport int64_t, uint8_t
+from libc.stdlib cimport free
+
+include "common.pxi"
+
+cdef extern from "attention.h" nogil:
+    ctypedef struct sa_attn_args:
+        const void *q
+        const void *k
+        const void *v
+        const uint8_t *mask
+        void *out
+        const int64_t *offsets
+        int64_t rs[4]
+        int64_t Sq, Sk, dk, dv, bq, bk
+        int causal, masked
+    size_t sa_attn_scratch_bytes(const sa_attn_args *a, size_t tsize)
+    void sa_attn_tile_f32(int isa, const sa_attn_args *a, int64_t b, int64_t q0, void *scratch)
+    void sa_attn_tile_f64(int isa, const sa_attn_args *a, int64_t b, int64_t q0, void *scratch)
+
+# Query rows per tile (a multiple of 6, the register block) and keys per tile (a multiple of 16).
+TILES = {"bq": 72, "bk": 256}
+
+
+def attention(const floating[::1] q, const floating[::1] k, const floating[::1] v, const uint8_t[::1] mask,
+              floating[::1] out, const int64_t[:, ::1] offsets, const int64_t[::1] strides,
+              Py_ssize_t Sq, Py_ssize_t Sk, Py_ssize_t dk, Py_ssize_t dv, bint causal, bint masked,
+              int num_threads):
+    """The kernel contract of silkattn._api; one task per (batch item, query tile)."""
+    cdef sa_attn_args a
+    cdef int i
+    a.q, a.k, a.v, a.mask, a.out = &q[0], &k[0], &v[0], &mask[0], &out[0]
+    a.offsets = &offsets[0, 0]
+    for i in range(4):
+        a.rs[i] = strides[i]
+    a.Sq, a.Sk, a.dk, a.dv, a.causal, a.masked = Sq, Sk, dk, dv, causal, masked
+    a.bq, a.bk = min(TILES["bq"], (Sq + 5) // 6 * 6), TILES["bk"]
+    cdef Py_ssize_t B = offsets.shape[0], ntiles = (Sq + a.bq - 1) // a.bq, w, b, t
+    cdef size_t nbytes = sa_attn_scratch_bytes(&a, sizeof(floating))
+    cdef void *scratch
+    cdef int failed = 0
+    with nogil, parallel(num_threads=num_threads):
+        scratch = sa_alloc(nbytes)
+        for w in prange(B * ntiles, schedule="dynamic"):
+            if scratch == NULL:
+                failed += 1
+                continue
+            b, t = w % B, w // B
+            if causal:  # the tiles with the most keys first, so the threads finish together
+                t = ntiles - 1 - t
+            if floating is float:
+                sa_attn_tile_f32(ISA, &a, b, t * a.bq, scratch)
+            else:
+                sa_attn_tile_f64(ISA, &a, b, t * a.bq, scratch)
+        free(scratch)
+    if failed:
+        raise MemoryError(f"attention could not allocate {nbytes} bytes of scratch per thread")

@@ -1,0 +1,131 @@
+"""attention on every compiled backend against the reference: shapes, masks, views, dtypes, threads."""
+import numpy as np
+import pytest
+
+import silkattn
+from conftest import DTYPES, assert_close, f64
+from silkattn import reference as ref
+
+SHAPES = [  # (lead of Q, lead of K and V, Sq, Sk, d_k, d_v)
+    ((), (), 1, 1, 1, 1),
+    ((), (), 1, 300, 64, 64),          # one query against a long cache
+    ((), (), 77, 77, 63, 63),          # nothing a multiple of a tile
+    ((), (), 130, 257, 64, 64),        # Sq < Sk
+    ((), (), 257, 130, 8, 8),          # Sq > Sk
+    ((2,), (2,), 65, 129, 80, 80),
+    ((2, 3), (2, 3), 33, 47, 128, 128),
+    ((2, 3), (1, 3), 50, 70, 16, 24),  # K, V broadcast over the batch; d_v != d_k
+    ((), (), 600, 600, 64, 64),        # many tiles each way
+]
+MASKS = ["none", "causal", "tril", "random", "key_padding", "rows_masked", "tile_masked"]
+
+
+def make_mask(kind, rng, lead, Sq, Sk):
+    """(mask array or None, causal flag) for one of the MASKS kinds."""
+    if kind == "none":
+        return None, False
+    if kind == "causal":
+        return None, True
+    if kind == "tril":
+        return ref.causal_mask(Sq, Sk), False
+    if kind == "random":
+        return rng.random(lead + (Sq, Sk)) < 0.7, False
+    if kind == "key_padding":  # (..., 1, Sk): the last keys of each sequence are padding
+        keep = np.arange(Sk) < rng.integers(1, Sk + 1, size=lead + (1, 1))
+        return keep, False
+    mask = rng.random(lead + (Sq, Sk)) < 0.8
+    if kind == "rows_masked":  # some query rows see no key at all: they get mean(V)
+        mask[..., ::3, :] = False
+    else:  # a whole block of keys is masked for every query, as a run of whole tiles would be
+        mask[..., :, Sk // 4: 3 * Sk // 4 + 1] = False
+    return mask, False
+
+
+def expected_attention(Q, K, V, mask, causal):
+    Sq, Sk = Q.shape[-2], K.shape[-2]
+    if causal:
+        mask = ref.causal_mask(Sq, Sk) if mask is None else mask & ref.causal_mask(Sq, Sk)
+    return ref.attention(*f64(Q, K, V), mask)
+
+
+def qkv(rng, lead_q, lead_kv, Sq, Sk, dk, dv, dtype):
+    return (rng.standard_normal(lead_q + (Sq, dk)).astype(dtype),
+            rng.standard_normal(lead_kv + (Sk, dk)).astype(dtype),
+            rng.standard_normal(lead_kv + (Sk, dv)).astype(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", MASKS)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s[0] + (s[2], s[3], s[4], s[5]))))
+def test_attention_matches_reference(backend, threads, rng, shape, kind, dtype):
+    Q, K, V = qkv(rng, *shape, dtype)
+    lead = np.broadcast_shapes(shape[0], shape[1])
+    mask, causal = make_mask(kind, rng, lead, shape[2], shape[3])
+    out = backend.attention(Q, K, V, mask, causal=causal)
+    assert_close(out, expected_attention(Q, K, V, mask, causal), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", ["none", "causal", "random", "rows_masked"])
+def test_attention_is_the_same_on_any_thread_count(backend, rng, kind, dtype):
+    Q, K, V = qkv(rng, (2, 3), (2, 3), 300, 333, 64, 64, dtype)
+    mask, causal = make_mask(kind, rng, (2, 3), 300, 333)
+    results = []
+    for n in (1, 2, 3):
+        previous = silkattn.set_num_threads(n)
+        try:
+            results.append(backend.attention(Q, K, V, mask, causal=causal))
+        finally:
+            silkattn.set_num_threads(previous)
+    for r in results[1:]:
+        np.testing.assert_array_equal(r, results[0])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_attention_on_views(backend, rng, dtype):
+    """Head splits of a projection, transposes, reversed and strided rows: no copy needed to be right."""
+    seq, h, dk = 70, 4, 16
+    X = rng.standard_normal((seq, 3 * h * dk)).astype(dtype)
+    split = lambda M: M.reshape(seq, h, dk).swapaxes(0, 1)  # (h, seq, dk) view with row stride 3*h*dk
+    Q, K, V = split(X[:, :h * dk]), split(X[:, h * dk:2 * h * dk]), split(X[:, 2 * h * dk:])
+    mask = rng.random((seq, seq)) < 0.7
+    assert_close(backend.attention(Q, K, V, mask), ref.attention(*f64(Q, K, V), mask), dtype)
+    Kt = np.ascontiguousarray(K.swapaxes(-1, -2)).swapaxes(-1, -2)  # column-major K
+    assert_close(backend.attention(Q[:, ::-1], Kt, V[:, ::-1]), ref.attention(*f64(Q[:, ::-1], Kt, V[:, ::-1])), dtype)
+    assert_close(backend.attention(Q[:, ::2], K[:, ::3], V[:, ::3], causal=True),
+                 expected_attention(Q[:, ::2], K[:, ::3], V[:, ::3], None, True), dtype)
+    mask_t = np.ascontiguousarray(mask.T).T  # a mask whose key axis is not contiguous
+    assert_close(backend.attention(Q, K, V, mask_t), ref.attention(*f64(Q, K, V), mask_t), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_attention_causal_combines_with_mask(backend, rng, dtype):
+    Q, K, V = qkv(rng, (2,), (2,), 90, 140, 32, 32, dtype)
+    mask = rng.random((2, 90, 140)) < 0.5
+    assert_close(backend.attention(Q, K, V, mask, causal=True), expected_attention(Q, K, V, mask, True), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fully_masked_rows_and_extreme_scores(backend, rng, dtype):
+    Q, K, V = qkv(rng, (), (), 40, 300, 16, 8, dtype)
+    mask = rng.random((40, 300)) < 0.5
+    mask[5] = False
+    mask[6, :] = False
+    mask[6, 299] = True  # a row whose only key is the last one
+    out = backend.attention(Q * dtype(30), K, V, mask)
+    assert np.isfinite(out).all()
+    np.testing.assert_allclose(out[5], V.mean(0), rtol=1e-5)
+    np.testing.assert_allclose(out[6], V[299], rtol=1e-5)
+    assert_close(out, ref.attention(*f64(Q * dtype(30), K, V), mask), dtype)
+
+
+def test_attention_out_and_mask_dtypes(backend, rng):
+    Q, K, V = qkv(rng, (), (), 20, 30, 8, 8, np.float32)
+    mask = rng.random((20, 30)) < 0.5
+    out = np.empty((20, 8), np.float32)
+    assert backend.attention(Q, K, V, mask, out=out) is out
+    assert_close(out, ref.attention(*f64(Q, K, V), mask), np.float32)
+    for as_numbers in (mask.astype(np.int8), mask.astype(np.float64)):  # 0/1 masks read like np.where
+        assert_close(backend.attention(Q, K, V, as_numbers), ref.attention(*f64(Q, K, V), mask), np.float32)
+    with pytest.raises(ValueError, match="out"):
+        backend.attention(Q, K, V, out=np.empty((20, 8), np.float64))
