@@ -13,7 +13,7 @@ typedef struct {
     const int64_t *offsets;  /* (B, 4): element offset of batch item b in q, k, v, mask */
     int64_t rs[4];           /* element step between rows of q, k, v, mask */
     int64_t Sq, Sk, dk, dv;
-    int64_t bq, bk;          /* tile sizes: bq a multiple of 6, bk a multiple of 16 */
+    int64_t bq, bk;          /* tile sizes: bq a multiple of 6 */
     int causal, masked;
 } sa_attn_args;
 
@@ -25,12 +25,11 @@ static void *sa_carve(char **cur, int64_t rows, int64_t cols, size_t tsize) {
 }
 
 static size_t sa_attn_scratch_bytes(const sa_attn_args *a, size_t tsize) {
-    char *cur = NULL;
-    int64_t rows = a->bq + 6;
-    sa_carve(&cur, rows, a->dk, tsize), sa_carve(&cur, a->dk, a->bk, tsize);
-    sa_carve(&cur, rows, a->bk, tsize), sa_carve(&cur, a->bk, a->dv + 16, tsize);
-    sa_carve(&cur, rows, a->dv + 16, tsize);
-    sa_carve(&cur, rows, 1, tsize), sa_carve(&cur, rows, 1, tsize);
+    char *cur = NULL;  /* the same carving as sa_attn_tile, counted from address 0 */
+    int64_t ldq = a->bq + 16;
+    sa_carve(&cur, a->dk, ldq, tsize), sa_carve(&cur, a->bk + 6, ldq, tsize);
+    sa_carve(&cur, 6, a->dk, tsize), sa_carve(&cur, a->bk, a->dv + 16, tsize);
+    sa_carve(&cur, a->bq + 6, a->dv + 16, tsize), sa_carve(&cur, 3, ldq, tsize);
     return (size_t)cur;
 }
 #endif

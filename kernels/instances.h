@@ -15,17 +15,21 @@
 #endif
 #define SA_ISA avx2
 #define SA_T float
+#define SA_TBYTES 4
 #define SA_I int32_t
 #define SA_TNAME f32
 #include SA_TEMPLATE
 #undef SA_T
+#undef SA_TBYTES
 #undef SA_I
 #undef SA_TNAME
 #define SA_T double
+#define SA_TBYTES 8
 #define SA_I int64_t
 #define SA_TNAME f64
 #include SA_TEMPLATE
 #undef SA_T
+#undef SA_TBYTES
 #undef SA_I
 #undef SA_TNAME
 #undef SA_ISA
@@ -37,17 +41,21 @@
 #define SA_ISA generic
 #define SA_VBYTES 16
 #define SA_T float
+#define SA_TBYTES 4
 #define SA_I int32_t
 #define SA_TNAME f32
 #include SA_TEMPLATE
 #undef SA_T
+#undef SA_TBYTES
 #undef SA_I
 #undef SA_TNAME
 #define SA_T double
+#define SA_TBYTES 8
 #define SA_I int64_t
 #define SA_TNAME f64
 #include SA_TEMPLATE
 #undef SA_T
+#undef SA_TBYTES
 #undef SA_I
 #undef SA_TNAME
 #undef SA_ISA

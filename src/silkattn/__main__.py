@@ -1,5 +1,6 @@
-"""python -m silkattn: run the seed-sized decoder on the reference and list the backends."""
+"""python -m silkattn: run the seed-sized decoder and list the backends; `bench` times the kernels."""
 import argparse
+import sys
 import time
 
 import numpy as np
@@ -8,13 +9,7 @@ import silkattn
 from silkattn import reference as ref
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m silkattn", description=__doc__)
-    parser.add_argument("--tokens", type=int, default=32, help="prompt length (default 32)")
-    parser.add_argument("--vocab", type=int, default=1000, help="vocabulary size (default 1000)")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-
+def demo(args):
     P = ref.init_params(args.vocab, seed=args.seed)  # the paper's N = 6, d = 512, h = 8, d_ff = 2048
     prompt = np.random.default_rng(args.seed).integers(0, args.vocab, args.tokens)
     start = time.perf_counter()
@@ -32,6 +27,50 @@ def main(argv=None):
     print("backends:")
     for name, status in silkattn.backends().items():
         print(f"  {name:8s} {status}")
+
+
+def bench(args):
+    from silkattn import _bench
+
+    ours = [name for name, status in silkattn.backends().items() if name != "numpy" and status.startswith("available")]
+    contenders = ours + ["numpy"]
+    torch_python = args.torch_python or sys.executable
+    if _bench.torch_available(torch_python):
+        contenders.append("torch")
+    else:
+        print(f"torch not importable by {torch_python}: no PyTorch column (pip install torch==2.13.0)")
+    cases = _bench.attention_cases(full=args.full) + _bench.row_cases()
+    threads = [int(t) for t in args.threads.split(",")]
+
+    def progress(done, total, what):
+        bar = "#" * (30 * done // total)
+        print(f"\r[{bar:30s}] {done}/{total} {what:40s}", end="", file=sys.stderr, flush=True)
+
+    pythons = {"torch": torch_python}
+    results = _bench.run(cases, contenders, threads, args.rounds, pythons, progress)
+    print(file=sys.stderr)
+    print(_bench.table(cases, results, contenders, ours))
+    print()
+    print(_bench.scaling(cases, results, ours))
+    if args.full:
+        mib = _bench.memory(contenders, pythons)
+        print(f"\nextra memory of one call, {_bench.case_name(_bench.MEMORY_CASE)} (result included): "
+              + ", ".join(f"{name} {v:.1f} MiB" for name, v in mib.items()))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m silkattn", description=__doc__)
+    parser.add_argument("--tokens", type=int, default=32, help="prompt length (default 32)")
+    parser.add_argument("--vocab", type=int, default=1000, help="vocabulary size (default 1000)")
+    parser.add_argument("--seed", type=int, default=0)
+    sub = parser.add_subparsers(dest="command")
+    b = sub.add_parser("bench", help="time silkattn against the reference and PyTorch, side by side")
+    b.add_argument("--full", action="store_true", help="all sequence lengths (128 to 4096) and float64")
+    b.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
+    b.add_argument("--rounds", type=int, default=3, help="alternating rounds per contender (default 3)")
+    b.add_argument("--torch-python", help="a python with torch installed, if not this one")
+    args = parser.parse_args(argv)
+    (bench if args.command == "bench" else demo)(args)
 
 
 if __name__ == "__main__":
