@@ -6,7 +6,7 @@
 #include <string.h>
 #include <math.h>
 
-static int sa_cpu_has_avx2(void) {
+static inline int sa_cpu_has_avx2(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -16,7 +16,7 @@ static int sa_cpu_has_avx2(void) {
 }
 
 /* Per-thread scratch: 64-byte aligned so vector loads never split cache lines needlessly. */
-static void *sa_alloc(size_t bytes) {
+static inline void *sa_alloc(size_t bytes) {
     void *p = NULL;
     return posix_memalign(&p, 64, bytes ? bytes : 64) ? NULL : p;
 }
