@@ -21,8 +21,9 @@ cdef extern from "attention.h" nogil:
     void sa_attn_tile_f32(int isa, const sa_attn_args *a, int64_t b, int64_t q0, void *scratch)
     void sa_attn_tile_f64(int isa, const sa_attn_args *a, int64_t b, int64_t q0, void *scratch)
 
-# Query rows per tile (a multiple of 6, the register block) and keys per tile (a multiple of 16).
-TILES = {"bq": 72, "bk": 256}
+# Query rows and keys per tile. bq is best a multiple of 48 (the S^T blocks are 16 queries wide,
+# the P V blocks 6 rows high); any value is correct.
+TILES = {"bq": 96, "bk": 256}
 
 
 def attention(const floating[::1] q, const floating[::1] k, const floating[::1] v, const uint8_t[::1] mask,
@@ -37,8 +38,12 @@ def attention(const floating[::1] q, const floating[::1] k, const floating[::1] 
     for i in range(4):
         a.rs[i] = strides[i]
     a.Sq, a.Sk, a.dk, a.dv, a.causal, a.masked = Sq, Sk, dk, dv, causal, masked
+    # (positive operands only: cdivision makes // truncate like C)
+    cdef Py_ssize_t B = offsets.shape[0], w, b, t, per_item = (2 * num_threads + B - 1) // B
     a.bq, a.bk = min(TILES["bq"], (Sq + 5) // 6 * 6), TILES["bk"]
-    cdef Py_ssize_t B = offsets.shape[0], ntiles = (Sq + a.bq - 1) // a.bq, w, b, t
+    if per_item > 1 and B * ((Sq + a.bq - 1) // a.bq) < 2 * num_threads:  # small: give every thread work
+        a.bq = min(a.bq, max(16, ((Sq + per_item - 1) // per_item + 15) // 16 * 16))
+    cdef Py_ssize_t ntiles = (Sq + a.bq - 1) // a.bq
     cdef size_t nbytes = sa_attn_scratch_bytes(&a, sizeof(floating))
     cdef void *scratch
     cdef int failed = 0
