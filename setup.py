@@ -13,7 +13,7 @@ import warnings
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-OPS = ["softmax", "layer_norm", "attention"]
+OPS = ["softmax", "layer_norm", "attention", "feed_forward"]
 
 
 def _flag(name):

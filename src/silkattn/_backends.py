@@ -1,8 +1,18 @@
-"""The backend registry: a dict from name to the module that implements the kernels."""
-import importlib
+"""The backend registry: a dict from name to the module that implements the kernels.
 
-# name -> module path; "numpy" is the reference itself.
-MODULES = {"numpy": "silkattn.reference", "cython": "silkattn.cython"}
+Every module offers softmax(x, *, out=None), attention(Q, K, V, mask=None, *, causal=False,
+out=None) and layer_norm(X, g, b, eps=1e-5, *, out=None) with the reference's results.
+"""
+import contextlib
+import contextvars
+import importlib
+import os
+
+# name -> module path, fastest first: the default is the first that imports.
+MODULES = {"cython": "silkattn.cython", "numba": "silkattn.numba", "numpy": "silkattn._numpy"}
+
+_global = os.environ.get("SILKATTN_BACKEND") or None  # named explicitly: must exist when first used
+_scoped = contextvars.ContextVar("silkattn_backend", default=None)  # use_backend(), per thread/task
 
 
 def backends():
@@ -16,3 +26,51 @@ def backends():
             continue
         status[name] = "available" + ("" if getattr(module, "OPENMP", True) else " (built without OpenMP: single-threaded)")
     return status
+
+
+def load(name):
+    """The module of backend `name`; ValueError for an unknown name, ImportError if it is missing."""
+    if name not in MODULES:
+        raise ValueError(f"unknown backend {name!r}: choose one of {', '.join(MODULES)}")
+    try:
+        return importlib.import_module(MODULES[name])
+    except ImportError as e:
+        raise ImportError(f"silkattn backend {name!r} is not available: {e}") from e
+
+
+def _default():
+    for name in MODULES:
+        try:
+            load(name)
+            return name
+        except ImportError:
+            continue
+    raise ImportError("no silkattn backend imports")  # unreachable: numpy always does
+
+
+def get_backend():
+    """The name of the backend the top-level functions run on now."""
+    return _scoped.get() or _global or _default()
+
+
+def module():
+    return load(get_backend())
+
+
+def set_backend(name):
+    """Run the top-level functions on backend `name` from now on; returns the previous name."""
+    global _global
+    load(name)
+    previous, _global = get_backend(), name
+    return previous
+
+
+@contextlib.contextmanager
+def use_backend(name):
+    """with silkattn.use_backend("numba"): ... runs the block (in this thread only) on that backend."""
+    load(name)
+    token = _scoped.set(name)
+    try:
+        yield name
+    finally:
+        _scoped.reset(token)

@@ -1,6 +1,7 @@
 """The Cython (OpenMP) backend: the reference's API on compiled, multithreaded kernels."""
 from . import _api
 from ._cy import attention as _attention
+from ._cy.feed_forward import bias_relu  # noqa: F401  (the model's fused feed-forward step)
 from ._cy import layer_norm as _layer_norm
 from ._cy import softmax as _softmax
 
