@@ -39,7 +39,7 @@ def bench(args):
         contenders.append("torch")
     else:
         print(f"torch not importable by {torch_python}: no PyTorch column (pip install torch==2.13.0)")
-    cases = _bench.attention_cases(full=args.full) + _bench.row_cases()
+    cases = _bench.attention_cases(full=args.full) + _bench.row_cases() + _bench.model_cases(full=args.full)
     threads = [int(t) for t in args.threads.split(",")]
 
     def progress(done, total, what):

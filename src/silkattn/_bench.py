@@ -31,12 +31,23 @@ def attention_cases(full=True):
     return cases
 
 
+def model_cases(full=True):
+    """The seed-sized decoder (N = 6, d = 512, h = 8, d_ff = 2048, vocab 1000) and one multi_head."""
+    Ss = (128, 512, 2048) if full else (512,)
+    return ([dict(op="multi_head", S=S, d=512, h=8, dtype="float32") for S in Ss]
+            + [dict(op="transformer", S=S, d=512, h=8, dtype="float32") for S in Ss])
+
+
 def row_cases():
     return [dict(op="softmax", rows=4096, n=4096, dtype="float32"),
             dict(op="layer_norm", rows=8192, n=512, dtype="float32")]
 
 
 def case_name(c):
+    if c["op"] == "multi_head":
+        return f"multi_head (1,{c['S']},{c['d']}) h={c['h']} causal {c['dtype']}"
+    if c["op"] == "transformer":
+        return f"transformer N=6 d={c['d']} S={c['S']} {c['dtype']}"
     if c["op"] == "attention":
         shape = f"({c['S']},{c['dk']})" if not c["heads"] else f"(1,{c['heads']},{c['S']},{c['dk']})"
         return f"attention {shape}{' causal' if c['causal'] else ''} {c['dtype']}"
@@ -64,7 +75,52 @@ def _inputs(c):
     return [x, rng.standard_normal(c["n"]).astype(dt), rng.standard_normal(c["n"]).astype(dt)]
 
 
+def _sibling(name):
+    """A module of this package loaded from its file: the torch worker may run in another Python
+    where silkattn is not installed (reference.py and _torch_rival.py need only numpy and torch)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"_silkattn_{name}", os.path.join(os.path.dirname(__file__), f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _model_callable(contender, c):
+    ref = _sibling("reference")
+    P = ref.init_params(1000, d=c["d"], h=c["h"], n_layers=6, d_ff=4 * c["d"], max_len=c["S"], seed=0,
+                        dtype=np.dtype(c["dtype"]))
+    ids = np.random.default_rng(0).integers(0, 1000, c["S"])
+    X = np.random.default_rng(1).standard_normal((c["S"], c["d"])).astype(c["dtype"])
+    L = P["layers"][0]
+    if contender == "torch":
+        import torch
+        tr = _sibling("_torch_rival")
+        T = tr.tensors(P)
+        tX, tL, tids = torch.from_numpy(X), T["layers"][0], torch.from_numpy(ids)
+
+        def run(fn):
+            def call():
+                with torch.inference_mode():
+                    return fn()
+            return call
+        if c["op"] == "multi_head":
+            return run(lambda: tr.multi_head(tX, *tL["attn"], tL["h"], True))
+        return run(lambda: tr.transformer(tids, T))
+    if contender == "numpy":
+        mask = ref.causal_mask(c["S"])
+        if c["op"] == "multi_head":
+            return lambda: ref.multi_head(X, *L["attn"], L["h"], mask)
+        return lambda: ref.transformer(ids, P)
+    import silkattn
+    silkattn.set_backend(contender)
+    if c["op"] == "multi_head":
+        return lambda: silkattn.multi_head(X, *L["attn"], L["h"], causal=True)
+    return lambda: silkattn.transformer(ids, P)
+
+
 def _callable(contender, c):
+    if c["op"] in ("multi_head", "transformer"):
+        return _model_callable(contender, c)
     args = _inputs(c)
     if contender == "torch":
         import torch

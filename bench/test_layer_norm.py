@@ -1,0 +1,10 @@
+"""layer_norm: every contender on the shared case table (silkattn._bench)."""
+import pytest
+
+from conftest import run_case
+from silkattn import _bench
+
+
+@pytest.mark.parametrize("case", [c for c in _bench.row_cases() if c["op"] == "layer_norm"], ids=_bench.case_name)
+def test_layer_norm(benchmark, contender, case):
+    run_case(benchmark, contender, case)
