@@ -47,8 +47,14 @@ def bench(args):
         print(f"\r[{bar:30s}] {done}/{total} {what:40s}", end="", file=sys.stderr, flush=True)
 
     pythons = {"torch": torch_python}
+    info = _bench.machine()
+    start = time.perf_counter()
     results = _bench.run(cases, contenders, threads, args.rounds, pythons, progress)
     print(file=sys.stderr)
+    print(f"cpu: {info['cpu']} ({info['cores']} cores); kernels: {info.get('silkattn_isa')}; "
+          + ", ".join(f"{k} {info[k]}" for k in ("silkattn", "numpy", "numba", "torch", "python") if k in info))
+    print(f"each contender in its own process, {args.rounds} alternating rounds, medians; "
+          f"ratios = silkattn time / rival time ({time.perf_counter() - start:.0f} s)")
     print(_bench.table(cases, results, contenders, ours))
     print()
     print(_bench.scaling(cases, results, ours))
@@ -56,6 +62,20 @@ def bench(args):
         mib = _bench.memory(contenders, pythons)
         print(f"\nextra memory of one call, {_bench.case_name(_bench.MEMORY_CASE)} (result included): "
               + ", ".join(f"{name} {v:.1f} MiB" for name, v in mib.items()))
+    else:
+        mib = None
+    if args.json:
+        import json
+        with open(args.json, "w") as f:
+            json.dump({"machine": info, "cases": cases, "contenders": contenders, "rounds": args.rounds,
+                       "seconds": {str(t): r for t, r in results.items()}, "extra_memory_mib": mib}, f, indent=1)
+        print(f"wrote {args.json}")
+    if args.plot:
+        try:
+            _bench.plot(cases, results, contenders, args.plot)
+            print(f"wrote {args.plot}")
+        except ImportError:
+            print("no plot: matplotlib is not installed (pip install matplotlib)")
 
 
 def main(argv=None):
@@ -69,6 +89,8 @@ def main(argv=None):
     b.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
     b.add_argument("--rounds", type=int, default=3, help="alternating rounds per contender (default 3)")
     b.add_argument("--torch-python", help="a python with torch installed, if not this one")
+    b.add_argument("--json", help="write the results (and the machine) to this JSON file")
+    b.add_argument("--plot", help="write a PNG plot (GFLOP/s against S) here, if matplotlib is installed")
     args = parser.parse_args(argv)
     (bench if args.command == "bench" else demo)(args)
 

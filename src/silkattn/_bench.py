@@ -21,9 +21,9 @@ GFLOP = 1e9
 
 
 def attention_cases(full=True):
-    """The issue's grid: float32 one head (S, 64) and eight heads (1, 8, S, 64), causal and not."""
+    """One head (S, 64) and eight heads (1, 8, S, 64), causal and not; float64 too when full."""
     cases = []
-    for dtype in ("float32", "float64"):
+    for dtype in (("float32", "float64") if full else ("float32",)):
         for S in ((128, 512, 2048, 4096) if full else (512, 2048)):
             for heads in (0, 8):  # 0: a plain (S, 64) array
                 for causal in (False, True):
@@ -296,3 +296,52 @@ def scaling(cases, results, ours):
         if c["op"] == "attention":
             lines.append(f"{case_name(c):44s} " + " ".join(f"{results[1][n][i] / results[2][n][i]:10.2f}" for n in ours))
     return "\n".join(lines)
+
+
+def machine():
+    """CPU, cores and library versions, for the table's header and the JSON."""
+    import platform
+    info = {"python": platform.python_version(), "numpy": np.__version__, "cores": os.cpu_count()}
+    try:
+        with open("/proc/cpuinfo") as f:
+            info["cpu"] = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        info["cpu"] = platform.processor() or platform.machine()
+    for name in ("silkattn", "numba", "torch"):
+        try:
+            module = __import__(name)
+            info[name] = module.__version__
+        except ImportError:
+            pass
+    try:
+        from silkattn import cython as cy
+        info["silkattn_isa"] = cy.ISA
+    except ImportError:
+        pass
+    return info
+
+
+def plot(cases, results, contenders, path):
+    """GFLOP/s of one-head float32 attention against S, a line per contender, causal and not."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    threads = max(results)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    for ax, causal in zip(axes, (False, True)):
+        idx = [i for i, c in enumerate(cases) if c["op"] == "attention" and not c["heads"]
+               and c["causal"] == causal and c["dtype"] == "float32"]
+        S = [cases[i]["S"] for i in idx]
+        for name in contenders:
+            ax.plot(S, [case_gflop(cases[i]) / results[threads][name][i] for i in idx], marker="o", label=name)
+        if "sgemm" in results[threads]:
+            ax.axhline(results[threads]["sgemm"], color="grey", linestyle="--", label="numpy sgemm (ceiling)")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(S, [str(s) for s in S])
+        ax.set_xlabel("sequence length S (queries = keys)")
+        ax.set_title(f"attention (S, 64) float32, {'causal' if causal else 'no mask'}, {threads} thread(s)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("GFLOP/s (4 S^2 d_k per head, half if causal)")
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
