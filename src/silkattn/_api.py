@@ -45,13 +45,18 @@ def check_out(out, shape, dtype, inputs):
     return out
 
 
-def softmax(kernels, x, out=None):
+def prepare_softmax(x, out):
+    """Checked (x, out) for softmax, the same for every backend."""
     x = as_float_array(x, "x")
     if x.ndim == 0:
         raise ValueError("x must have at least one dimension (softmax runs over the last axis)")
     if x.shape[-1] == 0:  # as the reference: a max over no values has no answer
         raise ValueError("x has a zero-length last axis: softmax over no values is undefined")
-    out = check_out(out, x.shape, x.dtype, [x])
+    return x, check_out(out, x.shape, x.dtype, [x])
+
+
+def softmax(kernels, x, out=None):
+    x, out = prepare_softmax(x, out)
     if x.size:
         n = x.shape[-1]
         kernels.softmax(np.ascontiguousarray(x).reshape(-1, n), out.reshape(-1, n), get_num_threads())
@@ -67,7 +72,8 @@ def _along_last_axis(a, n, dtype, name):
                                 dtype=dtype)
 
 
-def layer_norm(kernels, X, g, b, eps=1e-5, out=None):
+def prepare_layer_norm(X, g, b, eps, out):
+    """Checked (X, g, b as (n,) vectors of the result dtype, eps, out), the same for every backend."""
     X = as_float_array(X, "X")
     if X.ndim == 0:
         raise ValueError("X must have at least one dimension (layer_norm runs over the last axis)")
@@ -79,9 +85,14 @@ def layer_norm(kernels, X, g, b, eps=1e-5, out=None):
         raise ValueError(f"eps must be >= 0, got {eps}")
     dtype = np.result_type(X, as_float_array(g, "g"), as_float_array(b, "b"))
     g, b = _along_last_axis(g, n, dtype, "g"), _along_last_axis(b, n, dtype, "b")
-    out = check_out(out, X.shape, dtype, [X])
+    return X, g, b, eps, check_out(out, X.shape, dtype, [X])
+
+
+def layer_norm(kernels, X, g, b, eps=1e-5, out=None):
+    X, g, b, eps, out = prepare_layer_norm(X, g, b, eps, out)
     if X.size:
-        kernels.layer_norm(np.ascontiguousarray(X, dtype).reshape(-1, n), g, b, eps, out.reshape(-1, n),
+        n = X.shape[-1]
+        kernels.layer_norm(np.ascontiguousarray(X, out.dtype).reshape(-1, n), g, b, eps, out.reshape(-1, n),
                            get_num_threads())
     return out
 
@@ -105,7 +116,8 @@ def _flat_rows(a, lead):
     return flat, np.broadcast_to(offsets, lead).reshape(-1), steps[-2]
 
 
-def attention(kernels, Q, K, V, mask=None, causal=False, out=None):
+def prepare_attention(Q, K, V, mask, out):
+    """Checked (Q, K, V in one dtype, mask as bool or None, lead dims, out), the same for every backend."""
     Q, K, V = as_float_array(Q, "Q"), as_float_array(K, "K"), as_float_array(V, "V")
     for name, a in (("Q", Q), ("K", K), ("V", V)):
         if a.ndim < 2:
@@ -130,18 +142,24 @@ def attention(kernels, Q, K, V, mask=None, causal=False, out=None):
             np.broadcast_shapes(m.shape[-2:], (Sq, Sk))
         except ValueError:
             raise ValueError(f"mask of shape {m.shape} does not broadcast to {lead + (Sq, Sk)}") from None
-        m = m.reshape((1,) * (2 - m.ndim) + m.shape) if m.ndim < 2 else m
-        m = np.broadcast_to(m, m.shape[:-1] + (Sk,))  # the kernels read keys one by one
-        m = (m if m.dtype == bool else m != 0).view(np.uint8)
+        mask = m if m.dtype == bool else m != 0  # 0/1 numbers read as np.where reads them
     if Sk == 0 and Sq:
         raise ValueError("K and V have no keys (Sk = 0): a softmax over no keys is undefined")
     if dk == 0:
         raise ValueError("Q and K have d_k = 0: the scale 1/sqrt(d_k) is undefined")
     dtype = np.result_type(Q, K, V)
     Q, K, V = (a.astype(dtype, copy=False) for a in (Q, K, V))
-    out = check_out(out, lead + (Sq, dv), dtype, [Q, K, V])
+    return Q, K, V, mask, lead, check_out(out, lead + (Sq, dv), dtype, [Q, K, V])
+
+
+def attention(kernels, Q, K, V, mask=None, causal=False, out=None):
+    Q, K, V, mask, lead, out = prepare_attention(Q, K, V, mask, out)
     if out.size == 0:
         return out
+    (Sq, dk), (Sk, dv), masked = Q.shape[-2:], V.shape[-2:], mask is not None
+    if masked:
+        m = mask.reshape((1,) * (2 - mask.ndim) + mask.shape) if mask.ndim < 2 else mask
+        m = np.broadcast_to(m, m.shape[:-1] + (Sk,)).view(np.uint8)  # the kernels read keys one by one
     parts = [_flat_rows(a, lead) for a in (Q, K, V)]
     parts.append(_flat_rows(m if masked else np.ones((1, 1), np.uint8), lead))
     offsets = np.ascontiguousarray(np.stack([p[1] for p in parts], axis=1))

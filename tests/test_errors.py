@@ -1,0 +1,127 @@
+"""Bad input: one table of cases, run on every backend; each must raise the same error class with a
+message that names the argument. Inputs are never modified, and odd-but-valid inputs just work."""
+import importlib
+
+import numpy as np
+import pytest
+
+from conftest import assert_close, f64
+from silkattn import reference as ref
+from silkattn._backends import MODULES
+
+
+@pytest.fixture(params=list(MODULES))
+def any_backend(request):
+    return importlib.import_module(MODULES[request.param])
+
+
+f32 = lambda *shape: np.ones(shape, np.float32)
+Q = f32(4, 8)
+
+# (id, op, args, kwargs, error class, text the message must contain)
+BAD = [
+    ("Q_1d", "attention", (f32(8), Q, Q), {}, ValueError, "Q must have at least 2"),
+    ("K_1d", "attention", (Q, f32(8), Q), {}, ValueError, "K must have at least 2"),
+    ("dk_differs", "attention", (Q, f32(4, 7), f32(4, 8)), {}, ValueError, "d_k"),
+    ("kv_lengths_differ", "attention", (Q, f32(5, 8), f32(4, 8)), {}, ValueError, "same number of keys"),
+    ("mask_shape", "attention", (Q, Q, Q, np.ones((3, 4), bool)), {}, ValueError, "mask of shape (3, 4)"),
+    ("mask_batch", "attention", (f32(2, 4, 8), f32(2, 4, 8), f32(2, 4, 8), np.ones((3, 4, 4), bool)), {},
+     ValueError, "mask"),
+    ("lead_dims", "attention", (f32(2, 4, 8), f32(3, 4, 8), f32(3, 4, 8)), {}, ValueError, "leading (batch) dims"),
+    ("Q_int", "attention", (np.ones((4, 8), int), Q, Q), {}, TypeError, "Q must be a float32 or float64"),
+    ("K_complex", "attention", (Q, np.ones((4, 8), complex), Q), {}, TypeError, "K must be"),
+    ("V_object", "attention", (Q, Q, np.ones((4, 8), object)), {}, TypeError, "V must be"),
+    ("V_str", "attention", (Q, Q, np.full((4, 8), "a")), {}, TypeError, "V must be"),
+    ("Q_bool", "attention", (np.ones((4, 8), bool), Q, Q), {}, TypeError, "Q must be"),
+    ("mask_str", "attention", (Q, Q, Q, np.full((4, 4), "yes")), {}, TypeError, "mask must be boolean"),
+    ("no_keys", "attention", (Q, f32(0, 8), f32(0, 8)), {}, ValueError, "Sk = 0"),
+    ("dk_zero", "attention", (f32(4, 0), f32(4, 0), Q), {}, ValueError, "d_k = 0"),
+    ("out_shape", "attention", (Q, Q, Q), {"out": f32(4, 7)}, ValueError, "out must have shape (4, 8)"),
+    ("out_dtype", "attention", (Q, Q, Q), {"out": np.ones((4, 8))}, ValueError, "dtype float32"),
+    ("out_list", "attention", (Q, Q, Q), {"out": [[0.0] * 8] * 4}, TypeError, "out must be a numpy.ndarray"),
+    ("out_strided", "attention", (Q, Q, Q), {"out": f32(4, 16)[:, ::2]}, ValueError, "C-contiguous"),
+    ("out_readonly", "attention", (Q, Q, Q), {"out": np.broadcast_to(np.float32(0), (4, 8))}, ValueError, "writeable"),
+    ("softmax_0d", "softmax", (np.float32(1.0),), {}, ValueError, "x must have at least one dimension"),
+    ("softmax_empty_axis", "softmax", (f32(3, 0),), {}, ValueError, "zero-length last axis"),
+    ("softmax_int", "softmax", (np.arange(4),), {}, TypeError, "x must be a float32 or float64"),
+    ("softmax_out_shape", "softmax", (f32(3, 4),), {"out": f32(4, 3)}, ValueError, "out must have shape"),
+    ("ln_g_length", "layer_norm", (f32(3, 4), f32(5), f32(4)), {}, ValueError, "g must have shape (4,)"),
+    ("ln_b_length", "layer_norm", (f32(3, 4), f32(4), f32(3)), {}, ValueError, "b must have shape (4,)"),
+    ("ln_g_per_row", "layer_norm", (f32(3, 4), f32(3, 4), f32(4)), {}, ValueError, "g must have shape"),
+    ("ln_eps_negative", "layer_norm", (f32(3, 4), f32(4), f32(4)), {"eps": -1e-5}, ValueError, "eps must be >= 0"),
+    ("ln_eps_nan", "layer_norm", (f32(3, 4), f32(4), f32(4)), {"eps": float("nan")}, ValueError, "eps"),
+    ("ln_X_int", "layer_norm", (np.ones((3, 4), int), f32(4), f32(4)), {}, TypeError, "X must be"),
+    ("ln_g_str", "layer_norm", (f32(3, 4), np.array(["a"] * 4), f32(4)), {}, TypeError, "g must be"),
+    ("ln_0d", "layer_norm", (np.float32(2), f32(1), f32(1)), {}, ValueError, "X must have at least one"),
+    ("ln_empty_axis", "layer_norm", (f32(3, 0), f32(0), f32(0)), {}, ValueError, "zero-length last axis"),
+]
+
+
+@pytest.mark.parametrize("op, args, kwargs, error, text", [c[1:] for c in BAD], ids=[c[0] for c in BAD])
+def test_bad_input_is_a_clear_error(any_backend, op, args, kwargs, error, text):
+    with pytest.raises(error) as info:
+        getattr(any_backend, op)(*args, **kwargs)
+    assert text in str(info.value)
+
+
+def test_out_overlapping_an_input_is_refused(any_backend):
+    buf = np.ones((8, 8), np.float32)
+    with pytest.raises(ValueError, match="overlap"):
+        any_backend.attention(buf[:4], buf[:4], buf[:4], out=buf[:4])
+    with pytest.raises(ValueError, match="overlap"):
+        any_backend.softmax(buf, out=buf)
+
+
+def test_odd_but_valid_inputs(any_backend, rng):
+    Qd, Kd, Vd = (rng.standard_normal((6, 5)) for _ in range(3))
+    expected = ref.attention(Qd, Kd, Vd)
+    # lists, mixed float32/float64 (promoted like NumPy: float64), read-only and reversed views
+    assert_close(any_backend.attention(Qd.tolist(), Kd, Vd), expected, np.float64)
+    Q32 = Qd.astype(np.float32)
+    assert_close(any_backend.attention(Q32, Kd, Vd), ref.attention(Q32.astype(np.float64), Kd, Vd), np.float64)
+    ro = Qd.copy()
+    ro.flags.writeable = False
+    assert_close(any_backend.attention(ro, Kd, Vd), expected, np.float64)
+    assert_close(any_backend.attention(Qd[::-1], Kd[::-1], Vd[::-1]), ref.attention(Qd[::-1], Kd[::-1], Vd[::-1]))
+    # 0/1 integer and float masks read as np.where reads them
+    mask = rng.random((6, 6)) < 0.5
+    for as_numbers in (mask.astype(np.uint8), mask.astype(np.int64) * 7, mask.astype(np.float32)):
+        assert_close(any_backend.attention(Qd, Kd, Vd, as_numbers), ref.attention(Qd, Kd, Vd, mask))
+    # empty query axis and empty batch: empty results of the right shape
+    assert any_backend.attention(np.ones((0, 5)), Kd, Vd).shape == (0, 5)
+    assert any_backend.attention(np.ones((2, 0, 5)), np.ones((2, 3, 5)), np.ones((2, 3, 4))).shape == (2, 0, 4)
+    assert any_backend.softmax(np.ones((0, 3))).shape == (0, 3)
+    assert_close(any_backend.softmax([1.0, 2.0, 3.0]), ref.softmax(np.array([1.0, 2.0, 3.0])))
+    assert_close(any_backend.layer_norm([[1.0, 2.0, 4.0]], 1.0, 0.0), ref.layer_norm(np.array([[1.0, 2.0, 4.0]]), 1.0, 0.0))
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered")
+def test_nan_and_inf_propagate_like_the_reference(any_backend):
+    Qn = np.zeros((3, 4))
+    Qn[1, 2] = np.nan
+    K = np.ones((5, 4))
+    V = np.arange(20.0).reshape(5, 4)
+    np.testing.assert_array_equal(np.isnan(any_backend.attention(Qn, K, V)), np.isnan(ref.attention(Qn, K, V)))
+    mask = np.ones((3, 5), bool)
+    Kn = K.copy()
+    Kn[4] = np.nan
+    mask[:, 4] = False  # a NaN key that is masked out does not reach the output
+    np.testing.assert_array_equal(any_backend.attention(Qn[[0, 2]], Kn, V, mask[[0, 2]]), ref.attention(Qn[[0, 2]], Kn, V, mask[[0, 2]]))
+    x = np.array([[1.0, np.inf, 0.0], [1.0, np.nan, 2.0], [-np.inf, 0.0, 1.0]])
+    np.testing.assert_array_equal(np.isnan(any_backend.softmax(x)), np.isnan(ref.softmax(x)))
+    assert_close(any_backend.softmax(x[2:]), ref.softmax(x[2:]))
+    X = np.array([[1.0, np.nan, 3.0], [1.0, 2.0, np.inf]])
+    np.testing.assert_array_equal(np.isnan(any_backend.layer_norm(X, np.ones(3), np.zeros(3))),
+                                  np.isnan(ref.layer_norm(X, np.ones(3), np.zeros(3))))
+
+
+def test_inputs_are_never_modified(any_backend, rng):
+    Qa, Ka, Va = (rng.standard_normal((2, 30, 16)).astype(np.float32) for _ in range(3))
+    mask = rng.random((30, 30)) < 0.5
+    g, b = rng.standard_normal(16), rng.standard_normal(16)
+    copies = [a.copy() for a in (Qa, Ka, Va, mask, g, b)]
+    any_backend.attention(Qa, Ka, Va, mask, causal=True)
+    any_backend.softmax(Qa)
+    any_backend.layer_norm(Qa, g, b)
+    for before, after in zip(copies, (Qa, Ka, Va, mask, g, b)):
+        np.testing.assert_array_equal(before, after)
