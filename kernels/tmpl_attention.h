@@ -125,13 +125,16 @@ static void SA_FN(sa_attn_tile)(const sa_attn_args *a, int64_t b, int64_t q0, vo
     for (int64_t k0 = 0; k0 < kend; k0 += bk) {
         const int64_t nk = bk < kend - k0 ? bk : kend - k0;
         int partial = a->causal && k0 + nk - 1 > q0;
-        if (mk) {  /* count the visible (query, key) pairs of this tile */
-            int64_t ones = 0;
-            for (int64_t r = 0; r < (rs_m ? nq : 1); r++)
-                for (int64_t j = 0; j < nk; j++) ones += mk[r * rs_m + k0 + j];
-            if (!rs_m) ones *= nq;
-            if (ones == 0) continue;
-            partial |= ones != nq * nk;
+        if (mk) {  /* is every (query, key) pair of the tile masked, or none? (mask bytes are 0/1) */
+            uint8_t any = 0, all = 1;
+            for (int64_t r = 0; r < (rs_m ? nq : 1); r++) {
+                const uint8_t *mrow = mk + r * rs_m + k0;
+                uint8_t row_any = 0, row_all = 1;
+                for (int64_t j = 0; j < nk; j++) row_any |= mrow[j], row_all &= mrow[j];
+                any |= row_any, all &= row_all;
+            }
+            if (!any) continue;
+            partial |= !all;
         }
         const int64_t nk6 = nk / 6 * 6;
         if (nk6 < nk) {  /* the last keys, zero-padded to a whole register block */

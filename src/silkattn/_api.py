@@ -97,18 +97,25 @@ def layer_norm(kernels, X, g, b, eps=1e-5, out=None):
     return out
 
 
+_NO_MASK = np.ones((1, 1), np.uint8)
+
+
 def _flat_rows(a, lead):
     """(1-D view over a's memory, int64 offsets of each batch item in `lead`, row stride).
 
     Keeps strided views (e.g. one head's columns of a projection) without a copy when the last
-    axis has unit stride and no stride is negative; copies otherwise.
+    axis has unit stride and no stride is negative; copies otherwise. Contiguous arrays take a
+    fast path: this runs on every call, and small calls are dominated by it.
     """
     item = a.itemsize
+    if a.flags.c_contiguous and a.shape[:-2] == lead:  # the common case, ~1 us
+        S, d = a.shape[-2:]
+        return a.reshape(-1), np.arange(math.prod(lead), dtype=np.int64) * (S * d), d if S > 1 else 0
     if a.ndim and (a.strides[-1] != item and a.shape[-1] > 1 or any(s < 0 or s % item for s in a.strides)):
         a = np.ascontiguousarray(a)
     steps = [0 if n == 1 else s // item for n, s in zip(a.shape, a.strides)]
     span = 1 + sum((n - 1) * s for n, s in zip(a.shape, steps))
-    flat = np.lib.stride_tricks.as_strided(a, (span,), (item,), writeable=False)
+    flat = a.reshape(-1) if a.flags.c_contiguous else np.lib.stride_tricks.as_strided(a, (span,), (item,), writeable=False)
     lead_steps = [0] * (len(lead) - (a.ndim - 2)) + steps[:-2]
     offsets = np.zeros(lead, np.int64)
     for axis, (n, s) in enumerate(zip(lead, lead_steps)):
@@ -161,7 +168,7 @@ def attention(kernels, Q, K, V, mask=None, causal=False, out=None):
         m = mask.reshape((1,) * (2 - mask.ndim) + mask.shape) if mask.ndim < 2 else mask
         m = np.broadcast_to(m, m.shape[:-1] + (Sk,)).view(np.uint8)  # the kernels read keys one by one
     parts = [_flat_rows(a, lead) for a in (Q, K, V)]
-    parts.append(_flat_rows(m if masked else np.ones((1, 1), np.uint8), lead))
+    parts.append(_flat_rows(m, lead) if masked else (_NO_MASK.reshape(-1), np.zeros(len(parts[0][1]), np.int64), 0))
     offsets = np.ascontiguousarray(np.stack([p[1] for p in parts], axis=1))
     strides = np.array([p[2] for p in parts], np.int64)
     kernels.attention(*(p[0] for p in parts), out.reshape(-1), offsets, strides,

@@ -1,0 +1,102 @@
+"""Concurrency, scale and resources: Python threads calling kernels at once, thread-count
+independence, a single head with Sq * Sk > 2^31, MemoryError instead of a crash, no leaks."""
+import importlib
+import threading
+
+import numpy as np
+import pytest
+
+import silkattn
+from silkattn import reference as ref
+from silkattn._backends import MODULES
+
+COMPILED = [name for name in MODULES if name != "numpy"]
+
+
+@pytest.fixture(params=COMPILED)
+def backend(request):
+    return importlib.import_module(MODULES[request.param])
+
+
+def test_python_threads_at_once_match_serial_calls(backend, rng):
+    problems = [tuple(rng.standard_normal((2, 150 + 7 * i, 32)).astype(np.float32) for _ in range(3))
+                for i in range(8)]
+    serial = [backend.attention(*p, causal=bool(i % 2)) for i, p in enumerate(problems)]
+    xs = [p[0] for p in problems]
+    serial_sm = [backend.softmax(x) for x in xs]
+    results, errors = {}, []
+
+    def work(i):
+        try:
+            for _ in range(5):
+                results[i] = (backend.attention(*problems[i], causal=bool(i % 2)), backend.softmax(xs[i]))
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for i in range(8):
+        np.testing.assert_array_equal(results[i][0], serial[i])
+        np.testing.assert_array_equal(results[i][1], serial_sm[i])
+
+
+@pytest.mark.parametrize("op", ["softmax", "layer_norm"])
+def test_rows_are_the_same_on_any_thread_count(backend, rng, op):
+    x = rng.standard_normal((301, 257)).astype(np.float32)
+    g, b = rng.standard_normal(257).astype(np.float32), rng.standard_normal(257).astype(np.float32)
+    call = (lambda: backend.softmax(x)) if op == "softmax" else (lambda: backend.layer_norm(x, g, b))
+    results = []
+    for n in (1, 2, 3):
+        previous = silkattn.set_num_threads(n)
+        try:
+            results.append(call())
+        finally:
+            silkattn.set_num_threads(previous)
+    for r in results[1:]:
+        np.testing.assert_array_equal(r, results[0])
+
+
+def test_more_than_2_to_the_31_scores_in_one_head(backend):
+    """Sq * Sk = 50000 * 45000 > 2^31, with an explicit (Sq, Sk) mask: 64-bit indexing throughout."""
+    Sq, Sk, dk = 50000, 45000, 4
+    rng = np.random.default_rng(7)
+    Q, K, V = (rng.standard_normal((S, dk)).astype(np.float32) for S in (Sq, Sk, Sk))
+    mask = np.ones((Sq, Sk), bool)
+    rows = np.array([0, 1, 31234, Sq - 2, Sq - 1])
+    mask[rows[-1], :Sk - 3] = False  # the last row sees only the last 3 keys: offsets past 2^31
+    mask[rows[-2]] = False           # a fully masked row near the end: mean(V)
+    out = backend.attention(Q, K, V, mask)
+    np.testing.assert_allclose(out[rows], ref.attention(Q[rows].astype(np.float64), K.astype(np.float64),
+                                                        V.astype(np.float64), mask[rows]), rtol=1e-4, atol=1e-5)
+
+
+def test_impossible_allocation_is_a_memory_error(backend):
+    Q = np.broadcast_to(np.ones((1, 1, 8), np.float32), (2 ** 40, 1, 8))  # a view: no memory yet
+    K = np.ones((1, 3, 8), np.float32)
+    with pytest.raises(MemoryError):
+        backend.attention(Q, K, K)
+
+
+def _rss_kib():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+@pytest.mark.parametrize("op", ["attention", "softmax", "layer_norm"])
+def test_no_leak_over_20000_calls(backend, rng, op):
+    Q, K, V = (rng.standard_normal((2, 24, 16)).astype(np.float32) for _ in range(3))
+    mask = rng.random((24, 24)) < 0.7
+    g, b = np.ones(16, np.float32), np.zeros(16, np.float32)
+    call = {"attention": lambda: backend.attention(Q, K, V, mask, causal=True),
+            "softmax": lambda: backend.softmax(Q), "layer_norm": lambda: backend.layer_norm(Q, g, b)}[op]
+    for _ in range(2000):  # warm up allocator pools and caches
+        call()
+    before = _rss_kib()
+    for _ in range(20000):
+        call()
+    grown = _rss_kib() - before
+    assert grown < 2048, f"resident memory grew by {grown} KiB over 20000 calls"
