@@ -3,7 +3,9 @@
 Environment switches (read at build time):
   SILKATTN_PORTABLE=1     no -march=native: a binary that runs on any x86-64 (the AVX2 kernels are
                           still compiled in and chosen at run time when the CPU has them)
-  SILKATTN_BOUNDSCHECK=1  Cython bounds and initialisation checks on, for hunting out-of-bounds access
+  SILKATTN_BOUNDSCHECK=1  Cython bounds and initialisation checks on, and the C kernels built with
+                          AddressSanitizer (run with LD_PRELOAD=$(gcc -print-file-name=libasan.so)),
+                          so any out-of-bounds read or write stops with a report
 """
 import glob
 import os
@@ -42,10 +44,12 @@ def openmp_flags():
 omp = openmp_flags()
 cflags = ["-O3", "-fno-math-errno"] + ([] if _flag("SILKATTN_PORTABLE") else ["-march=native"])
 checks = _flag("SILKATTN_BOUNDSCHECK")
+sanitize = ["-fsanitize=address", "-fno-omit-frame-pointer"] if checks else []
+cflags += sanitize
 directives = dict(language_level=3, boundscheck=checks, initializedcheck=checks, wraparound=False,
                   cdivision=True, nonecheck=False, embedsignature=True)
 extensions = [Extension(f"silkattn._cy.{op}", [f"kernels/{op}.pyx"], include_dirs=["kernels"], depends=glob.glob("kernels/*.h") + glob.glob("kernels/*.pxi"),
-                        extra_compile_args=cflags + omp, extra_link_args=omp + ["-lm"])
+                        extra_compile_args=cflags + omp, extra_link_args=omp + sanitize + ["-lm"])
               for op in OPS]
 
 setup(ext_modules=cythonize(extensions, compiler_directives=directives))
