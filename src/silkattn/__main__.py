@@ -12,9 +12,13 @@ from silkattn import reference as ref
 def demo(args):
     P = ref.init_params(args.vocab, seed=args.seed)  # the paper's N = 6, d = 512, h = 8, d_ff = 2048
     prompt = np.random.default_rng(args.seed).integers(0, args.vocab, args.tokens)
-    start = time.perf_counter()
-    logits = ref.transformer(prompt, P)
-    elapsed = time.perf_counter() - start
+    timings = {}
+    for name, fn in (("reference", ref.transformer), (f"silkattn ({silkattn.get_backend()})", silkattn.transformer)):
+        fn(prompt, P)  # warm-up (Numba compiles or loads its cache here)
+        start = time.perf_counter()
+        logits = fn(prompt, P)
+        timings[name] = (time.perf_counter() - start, logits)
+    (t_ref, expected), (t_fast, logits) = timings.values()
     probs = ref.softmax(logits[-1])
     top = np.argsort(probs)[::-1][:5]
     print(f"silkattn {silkattn.__version__}: decoder N=6, d=512, h=8, d_ff=2048, vocab={args.vocab}, "
@@ -22,7 +26,8 @@ def demo(args):
     print(f"prompt ({args.tokens} tokens): {' '.join(map(str, prompt[:12]))}{' ...' if args.tokens > 12 else ''}")
     print(f"next-token prediction: {top[0]} (p = {probs[top[0]]:.4f}); top 5: "
           + ", ".join(f"{t}:{probs[t]:.4f}" for t in top))
-    print(f"reference forward pass: {elapsed * 1e3:.1f} ms")
+    print(f"forward pass: reference {t_ref * 1e3:.1f} ms, silkattn {t_fast * 1e3:.1f} ms; "
+          f"largest logit difference {np.abs(logits - expected).max():.2e}")
     print(f"threads: {silkattn.get_num_threads()}")
     print("backends:")
     for name, status in silkattn.backends().items():
@@ -49,11 +54,12 @@ def bench(args):
     pythons = {"torch": torch_python}
     info = _bench.machine()
     start = time.perf_counter()
-    results = _bench.run(cases, contenders, threads, args.rounds, pythons, progress)
+    rounds = args.rounds or (3 if args.full else 2)
+    results = _bench.run(cases, contenders, threads, rounds, pythons, progress, min_time=0.25 if args.full else 0.05)
     print(file=sys.stderr)
     print(f"cpu: {info['cpu']} ({info['cores']} cores); kernels: {info.get('silkattn_isa')}; "
           + ", ".join(f"{k} {info[k]}" for k in ("silkattn", "numpy", "numba", "torch", "python") if k in info))
-    print(f"each contender in its own process, {args.rounds} alternating rounds, medians; "
+    print(f"each contender in its own process, {rounds} alternating rounds, medians; "
           f"ratios = silkattn time / rival time ({time.perf_counter() - start:.0f} s)")
     print(_bench.table(cases, results, contenders, ours))
     print()
@@ -67,7 +73,7 @@ def bench(args):
     if args.json:
         import json
         with open(args.json, "w") as f:
-            json.dump({"machine": info, "cases": cases, "contenders": contenders, "rounds": args.rounds,
+            json.dump({"machine": info, "cases": cases, "contenders": contenders, "rounds": rounds,
                        "seconds": {str(t): r for t, r in results.items()}, "extra_memory_mib": mib}, f, indent=1)
         print(f"wrote {args.json}")
     if args.plot:
@@ -87,7 +93,7 @@ def main(argv=None):
     b = sub.add_parser("bench", help="time silkattn against the reference and PyTorch, side by side")
     b.add_argument("--full", action="store_true", help="all sequence lengths (128 to 4096) and float64")
     b.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
-    b.add_argument("--rounds", type=int, default=3, help="alternating rounds per contender (default 3)")
+    b.add_argument("--rounds", type=int, help="alternating rounds per contender (default 2, or 3 with --full)")
     b.add_argument("--torch-python", help="a python with torch installed, if not this one")
     b.add_argument("--json", help="write the results (and the machine) to this JSON file")
     b.add_argument("--plot", help="write a PNG plot (GFLOP/s against S) here, if matplotlib is installed")
