@@ -9,3 +9,10 @@
 SA_DISPATCH(float, f32)
 SA_DISPATCH(double, f64)
 #undef SA_DISPATCH
+
+#define SA_DISPATCH(T, name)                                                                  \
+    static inline void sa_add_row_##name(int isa, const T *x, const T *r, T *s, int64_t n) {    \
+        (isa ? sa_add_row_##name##_avx2 : sa_add_row_##name##_generic)(x, r, s, n); }
+SA_DISPATCH(float, f32)
+SA_DISPATCH(double, f64)
+#undef SA_DISPATCH

@@ -8,6 +8,8 @@ include "common.pxi"
 cdef extern from "layer_norm.h" nogil:
     void sa_layer_norm_row_f32(int isa, const float *x, const float *g, const float *b, float eps, float *out, int64_t n)
     void sa_layer_norm_row_f64(int isa, const double *x, const double *g, const double *b, double eps, double *out, int64_t n)
+    void sa_add_row_f32(int isa, const float *x, const float *r, float *s, int64_t n)
+    void sa_add_row_f64(int isa, const double *x, const double *r, double *s, int64_t n)
 
 
 def layer_norm(const floating[:, ::1] x, const floating[::1] g, const floating[::1] b, double eps,
@@ -21,3 +23,18 @@ def layer_norm(const floating[:, ::1] x, const floating[::1] g, const floating[:
                 sa_layer_norm_row_f32(ISA, &x[i, 0], &g[0], &b[0], e, &out[i, 0], n)
             else:
                 sa_layer_norm_row_f64(ISA, &x[i, 0], &g[0], &b[0], e, &out[i, 0], n)
+
+
+def add_layer_norm(const floating[:, ::1] x, const floating[:, ::1] r, const floating[::1] g,
+                   const floating[::1] b, double eps, floating[:, ::1] s, floating[:, ::1] out, int num_threads):
+    """s = x + r (the residual add) and out = layer_norm(s) in one pass over the rows."""
+    cdef Py_ssize_t i, n = x.shape[1]
+    cdef floating e = <floating>eps
+    with nogil:
+        for i in prange(x.shape[0], num_threads=num_threads, schedule="static"):
+            if floating is float:
+                sa_add_row_f32(ISA, &x[i, 0], &r[i, 0], &s[i, 0], n)
+                sa_layer_norm_row_f32(ISA, &s[i, 0], &g[0], &b[0], e, &out[i, 0], n)
+            else:
+                sa_add_row_f64(ISA, &x[i, 0], &r[i, 0], &s[i, 0], n)
+                sa_layer_norm_row_f64(ISA, &s[i, 0], &g[0], &b[0], e, &out[i, 0], n)

@@ -24,3 +24,10 @@ static void SA_FN(sa_layer_norm_row)(const SA_T *x, const SA_T *g, const SA_T *b
         STORE(out + j, ((LOAD(x + j) - m0) - delta) * rstd * LOAD(g + j) + LOAD(b + j));
     for (; j < n; j++) out[j] = ((x[j] - m0) - delta) * rstd * g[j] + b[j];
 }
+
+/* s = x + r for one row (the residual add), left in cache for the layer norm that follows */
+static void SA_FN(sa_add_row)(const SA_T *x, const SA_T *r, SA_T *s, int64_t n) {
+    int64_t j, nv = n - n % SA_VL;
+    for (j = 0; j < nv; j += SA_VL) STORE(s + j, LOAD(x + j) + LOAD(r + j));
+    for (; j < n; j++) s[j] = x[j] + r[j];
+}

@@ -2,6 +2,7 @@
 from . import _api
 from ._cy import attention as _attention
 from ._cy.feed_forward import bias_relu  # noqa: F401  (the model's fused feed-forward step)
+from ._cy.layer_norm import add_layer_norm  # noqa: F401  (the model's fused residual + norm)
 from ._cy import layer_norm as _layer_norm
 from ._cy import softmax as _softmax
 
