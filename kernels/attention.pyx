@@ -38,11 +38,17 @@ def attention(const floating[::1] q, const floating[::1] k, const floating[::1] 
     for i in range(4):
         a.rs[i] = strides[i]
     a.Sq, a.Sk, a.dk, a.dv, a.causal, a.masked = Sq, Sk, dk, dv, causal, masked
-    # (positive operands only: cdivision makes // truncate like C)
-    cdef Py_ssize_t B = offsets.shape[0], w, b, t, per_item = (2 * num_threads + B - 1) // B
-    a.bq, a.bk = min(TILES["bq"], (Sq + 5) // 6 * 6), TILES["bk"]
-    if per_item > 1 and B * ((Sq + a.bq - 1) // a.bq) < 2 * num_threads:  # small: give every thread work
-        a.bq = min(a.bq, max(16, ((Sq + per_item - 1) // per_item + 15) // 16 * 16))
+    # Few tiles: pick their count as a multiple of the threads, so each thread gets the same rows
+    # (at most 144 a tile); many tiles: 96 rows each, dynamic scheduling evens them out.
+    # (Positive operands only: cdivision makes // truncate like C.)
+    cdef Py_ssize_t B = offsets.shape[0], w, b, t, per_item
+    a.bq, a.bk = TILES["bq"], TILES["bk"]
+    if B * ((Sq + a.bq - 1) // a.bq) < 8 * num_threads:
+        per_item = (Sq + 143) // 144
+        while (B * per_item) % num_threads and per_item < Sq:
+            per_item += 1
+        a.bq = ((Sq + per_item - 1) // per_item + 15) // 16 * 16
+    a.bq = min(a.bq, (Sq + 5) // 6 * 6)
     cdef Py_ssize_t ntiles = (Sq + a.bq - 1) // a.bq
     cdef size_t nbytes = sa_attn_scratch_bytes(&a, sizeof(floating))
     cdef void *scratch

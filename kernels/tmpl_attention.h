@@ -146,10 +146,21 @@ static void SA_FN(sa_attn_tile)(const sa_attn_args *a, int64_t b, int64_t q0, vo
                 SA_FN(qk_block)(k + (k0 + j0) * rs_k, rs_k, dk, qt + c0, ldq, st + j0 * ldq + c0, ldq);
             if (nk6 < nk) SA_FN(qk_block)(kpad, dk, dk, qt + c0, ldq, st + nk6 * ldq + c0, ldq);
         }
-        if (partial)
-            for (int64_t j = 0; j < nk; j++)
-                for (int64_t r = 0; r < nq; r++)
-                    if ((a->causal && k0 + j > q0 + r) || (mk && !mk[r * rs_m + k0 + j])) st[j * ldq + r] = masked_l2;
+        if (partial) {
+            for (int64_t j = 0; j < nk; j++) {
+                SA_T *row = st + j * ldq;  /* key k0 + j against every query of the tile */
+                if (a->causal) {  /* queries r < k0 + j - q0 are before the key: a run, not a test */
+                    const int64_t cut = k0 + j - q0 < nq ? k0 + j - q0 : nq;
+                    for (int64_t r = 0; r < cut; r++) row[r] = masked_l2;
+                }
+                if (mk && !rs_m) {  /* one mask row for all queries (key padding) */
+                    if (!mk[k0 + j]) for (int64_t r = 0; r < nq; r++) row[r] = masked_l2;
+                } else if (mk) {
+                    for (int64_t r = 0; r < nq; r++)
+                        if (!mk[r * rs_m + k0 + j]) row[r] = masked_l2;
+                }
+            }
+        }
 
         for (int64_t c0 = 0; c0 < nqv; c0 += SA_VL) {  /* online softmax, SIMD across queries */
             VEC mt = SA_FN(splat)(-INFINITY), mold = LOAD(m + c0), sum = SA_FN(splat)(0);

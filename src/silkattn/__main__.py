@@ -45,6 +45,10 @@ def bench(args):
     else:
         print(f"torch not importable by {torch_python}: no PyTorch column (pip install torch==2.13.0)")
     cases = _bench.attention_cases(full=args.full) + _bench.row_cases() + _bench.model_cases(full=args.full)
+    if args.dtype:
+        if args.dtype == "float64" and not args.full:  # the quick set is float32: widen it
+            cases = _bench.attention_cases(full=True)
+        cases = [c for c in cases if c["dtype"] == args.dtype]
     threads = [int(t) for t in args.threads.split(",")]
 
     def progress(done, total, what):
@@ -93,6 +97,7 @@ def main(argv=None):
     b = sub.add_parser("bench", help="time silkattn against the reference and PyTorch, side by side")
     b.add_argument("--full", action="store_true", help="all sequence lengths (128 to 4096) and float64")
     b.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
+    b.add_argument("--dtype", choices=["float32", "float64"], help="only the cases of this dtype")
     b.add_argument("--rounds", type=int, help="alternating rounds per contender (default 2, or 3 with --full)")
     b.add_argument("--torch-python", help="a python with torch installed, if not this one")
     b.add_argument("--json", help="write the results (and the machine) to this JSON file")
