@@ -14,24 +14,7 @@
 #define SA_VBYTES 16  /* off x86 the "avx2" copy is a second generic one, never chosen */
 #endif
 #define SA_ISA avx2
-#define SA_T float
-#define SA_TBYTES 4
-#define SA_I int32_t
-#define SA_TNAME f32
-#include SA_TEMPLATE
-#undef SA_T
-#undef SA_TBYTES
-#undef SA_I
-#undef SA_TNAME
-#define SA_T double
-#define SA_TBYTES 8
-#define SA_I int64_t
-#define SA_TNAME f64
-#include SA_TEMPLATE
-#undef SA_T
-#undef SA_TBYTES
-#undef SA_I
-#undef SA_TNAME
+#include "instances_dtypes.h"
 #undef SA_ISA
 #undef SA_VBYTES
 #if defined(__x86_64__) || defined(__i386__)
@@ -40,23 +23,6 @@
 
 #define SA_ISA generic
 #define SA_VBYTES 16
-#define SA_T float
-#define SA_TBYTES 4
-#define SA_I int32_t
-#define SA_TNAME f32
-#include SA_TEMPLATE
-#undef SA_T
-#undef SA_TBYTES
-#undef SA_I
-#undef SA_TNAME
-#define SA_T double
-#define SA_TBYTES 8
-#define SA_I int64_t
-#define SA_TNAME f64
-#include SA_TEMPLATE
-#undef SA_T
-#undef SA_TBYTES
-#undef SA_I
-#undef SA_TNAME
+#include "instances_dtypes.h"
 #undef SA_ISA
 #undef SA_VBYTES

@@ -1,4 +1,6 @@
-"""A user's NumPy model written against the seed listing (block given its ffn weights), float32-safe."""
+"""A user's NumPy model written against the seed listing (block given its ffn weights), float32-safe.
+
+test_model.py also builds a variant in the listing's float64-upcasting style from this source."""
 import numpy as np
 
 

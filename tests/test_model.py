@@ -3,16 +3,31 @@ import os
 import subprocess
 import sys
 import threading
+import types
 
 import numpy as np
 import pytest
 
 import seed_model
-import seed_model_f64
 import silkattn
 from conftest import DTYPES, assert_close, f64
 from silkattn import reference as ref
 from silkattn._backends import MODULES
+
+
+def listing_style_module():
+    """seed_model again, but with the listing's own `Q @ K.T / np.sqrt(d_k)`, which turns float32
+    into float64 under NumPy 2: a separate module object, so patching one leaves the other."""
+    with open(seed_model.__file__) as f:
+        source = f.read()
+    line = "    scores = Q @ np.swapaxes(K, -1, -2) / np.float32(np.sqrt(d_k)).astype(Q.dtype)"
+    assert line in source
+    module = types.ModuleType("seed_model_f64")
+    exec(compile(source.replace(line, "    scores = Q @ K.T / np.sqrt(d_k)"), "seed_model_f64", "exec"), module.__dict__)
+    return module
+
+
+seed_model_f64 = listing_style_module()
 
 
 @pytest.fixture(params=list(MODULES))
@@ -132,6 +147,7 @@ def test_patch_swaps_a_seed_style_module(module):
         assert module.attention is silkattn.attention and module.transformer is silkattn.transformer
         after = module.transformer(ids, P)
     assert module.attention is original
+    assert before.dtype == (np.float64 if module is seed_model_f64 else np.float32)
     assert after.dtype == np.float32  # silkattn keeps float32 even where the listing upcast
     assert_close(after, ref.transformer(ids, f64_params(P)), np.float32)
     np.testing.assert_allclose(after, before, rtol=1e-4, atol=1e-4)
