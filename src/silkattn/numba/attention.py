@@ -1,0 +1,572 @@
+"""Numba attention kernel: flash-style tiles with an online softmax, never materialising Sq x Sk.
+
+Design (attention_tiles): work items are (query tile of BQ rows, batch item); the caller deals them
+out to the threads balanced by cost (silkattn.numba._schedule) and each thread runs its share with
+its own scratch. For a query tile, every key tile of BK keys (K packed once per call so that keys
+are contiguous: kp[unit, tile, d, key]; V padded to whole registers) goes through
+  1. S = (Q * scale) K^T by a 4-row x 2-register micro-kernel (accumulators stay in registers),
+  2. masking (explicit mask, causal only on the diagonal tile), the running row max, p = exp(s - m)
+     with a vectorised polynomial exp, the running sum, and the rescale of the accumulator,
+  3. acc += P V by a 4-row x 2-register micro-kernel over d_v.
+Causal key tiles wholly above the diagonal and key tiles an explicit mask hides from every row of
+the query tile are skipped. Skipped and masked keys then count as exactly 0 instead of
+exp(-1e9 - m), which is what the reference gives unless the row's final max m is itself absurdly
+small (every key masked, or scores near -1e9): such rows (max < TINY_MAX) are recomputed exactly
+over all Sk keys by _exact_row, which gives mean(V) for a fully masked row. Every row is computed
+the same way whichever thread runs it, so results do not depend on the thread count.
+
+Also home of the small SIMD layer the three Numba kernels share (softmax.py and layer_norm.py
+import it): a numba type for one 256-bit register (<8 x float> / <4 x double>) and @intrinsic
+operations on it, so the register-tiled micro-kernels keep their accumulators in registers (LLVM
+only vectorises innermost loops by itself, which makes plain loops round-trip their accumulators
+through L1) and exp is a vectorised polynomial (math.exp stays a scalar libm call here: no SVML in
+this llvmlite). With NUMBA_DISABLE_JIT=1 the same names are plain NumPy functions on small arrays,
+so the kernel source still runs (slowly) as Python.
+
+Numba's on-disk cache only tracks the file a function is defined in: after editing this file,
+delete src/silkattn/numba/__pycache__/*.nb[ic] or softmax/layer_norm may load stale machine code.
+
+Kernel contract (see silkattn._api): attention(q, k, v, mask, out, offsets, strides, Sq, Sk,
+d_k, d_v, causal, masked, num_threads); that entry point (packing, schedule, workspace) is in
+silkattn.numba.
+"""
+import math
+
+import numba
+import numpy as np
+from numba import prange
+
+MASKED = -1e9          # the score a masked-out key gets (replaced, as in silkattn.reference)
+TINY_MAX = -1e8        # a row whose final running max is below this is redone exactly (see below)
+BQ = 128               # query rows per tile (a multiple of R)
+BK = 128               # keys per tile (a multiple of 2 vectors for both dtypes)
+R = 4                  # rows per register block in both micro-kernels
+
+# fastmath: 'contract' only (a * b + c may become one FMA). Not True, nor 'nnan'/'ninf': they let LLVM
+# assume no NaN or Inf, so the -inf running-max start, the -inf padding and NaN inputs would become
+# undefined. Not 'reassoc' either, which the hand-vectorised code does not need (it makes its own
+# register-wide partial sums) and which would be harmful: Numba applies the flags to every float
+# instruction of a function, the intrinsics' too, and re-association would fold the two-step range
+# reduction of exp (x - n*C1 - n*C2) and layer_norm's shifted centring ((x - x0) - delta).
+FASTMATH = {"contract"}
+
+if numba.config.DISABLE_JIT:
+    # ---- pure-Python stand-ins: a "vector" is a small NumPy array of one register's lanes ----
+    def vwidth(a):
+        return 32 // a.dtype.itemsize
+
+    def vload(a, i):
+        return a[i:i + 32 // a.dtype.itemsize].copy()
+
+    def vstore(a, i, v):
+        a[i:i + v.size] = v
+
+    def vsplat(a, x):
+        return np.full(32 // a.dtype.itemsize, x, a.dtype)
+
+    def vbcast(a, i):
+        return np.full(32 // a.dtype.itemsize, a[i], a.dtype)
+
+    def vfma(x, y, z):
+        return x * y + z
+
+    def vadd(x, y):
+        return x + y
+
+    def vmul(x, y):
+        return x * y
+
+    def vsub(x, y):
+        return x - y
+
+    def vmax(x, y):
+        return np.where(y > x, y, x)
+
+    def hsum(v):
+        return v.sum(dtype=v.dtype)
+
+    def hmax(v):
+        return v.max()
+
+    def vexp(v):
+        lo = -87.33654 if v.dtype == np.float32 else -708.0
+        with np.errstate(under="ignore", over="ignore"):
+            return np.where(v < lo, 0, np.exp(np.minimum(v, 88.0 if v.dtype == np.float32 else 709.0))).astype(v.dtype)
+else:
+    from llvmlite import ir
+    from numba.core import cgutils, types
+    from numba.extending import intrinsic, models, register_model
+
+    LANES = {types.float32: 8, types.float64: 4}  # one 256-bit AVX register
+
+    class Vec(types.Type):
+        """One SIMD register of `lanes` x `dtype` (a plain LLVM vector value)."""
+
+        def __init__(self, dtype, lanes):
+            self.dtype, self.lanes = dtype, lanes
+            super().__init__(name=f"Vec({dtype} x {lanes})")
+
+    @register_model(Vec)
+    class VecModel(models.PrimitiveModel):
+        def __init__(self, dmm, fe_type):
+            super().__init__(dmm, fe_type, ir.VectorType(dmm.lookup(fe_type.dtype).get_value_type(), fe_type.lanes))
+
+    def _vec_of(dtype):
+        return Vec(dtype, LANES[dtype]) if dtype in LANES else None
+
+    def _ll(context, vt):
+        return ir.VectorType(context.get_value_type(vt.dtype), vt.lanes)
+
+    def _splat_value(builder, llvec, x):
+        undef = ir.Constant(llvec, ir.Undefined)
+        v = builder.insert_element(undef, x, ir.Constant(ir.IntType(32), 0))
+        return builder.shuffle_vector(v, undef, ir.Constant(ir.VectorType(ir.IntType(32), llvec.count), [0] * llvec.count))
+
+    def _const(llvec, x):
+        return ir.Constant(llvec, [x] * llvec.count)
+
+    def _vptr(context, builder, arytype, ary, idx, idxtype, llvec):
+        a = context.make_array(arytype)(context, builder, ary)
+        i = context.cast(builder, idx, idxtype, types.intp)
+        return builder.bitcast(builder.gep(a.data, [i]), ir.PointerType(llvec))
+
+    @intrinsic
+    def vwidth(typingctx, a):
+        """Lanes per register for a's dtype (a compile-time constant)."""
+        vt = _vec_of(getattr(a, "dtype", None))
+        if vt is None:
+            return None
+
+        def codegen(context, builder, sig, args):
+            return ir.Constant(ir.IntType(64), vt.lanes)
+        return types.intp(a), codegen
+
+    @intrinsic
+    def vload(typingctx, a, i):
+        """Unaligned load of one register from a 1-D C array at element i."""
+        if not isinstance(a, types.Array) or _vec_of(a.dtype) is None:
+            return None
+        vt = _vec_of(a.dtype)
+
+        def codegen(context, builder, sig, args):
+            llvec = _ll(context, vt)
+            return builder.load(_vptr(context, builder, sig.args[0], args[0], args[1], sig.args[1], llvec),
+                                align=vt.dtype.bitwidth // 8)
+        return vt(a, i), codegen
+
+    @intrinsic
+    def vstore(typingctx, a, i, v):
+        if not isinstance(a, types.Array) or _vec_of(a.dtype) is None or v != _vec_of(a.dtype):
+            return None
+
+        def codegen(context, builder, sig, args):
+            llvec = _ll(context, sig.args[2])
+            builder.store(args[2], _vptr(context, builder, sig.args[0], args[0], args[1], sig.args[1], llvec),
+                          align=sig.args[2].dtype.bitwidth // 8)
+            return context.get_dummy_value()
+        return types.none(a, i, v), codegen
+
+    @intrinsic
+    def vbcast(typingctx, a, i):
+        """A register with every lane a[i] (1-D C array; no negative-index wraparound)."""
+        if not isinstance(a, types.Array) or _vec_of(a.dtype) is None:
+            return None
+        vt = _vec_of(a.dtype)
+
+        def codegen(context, builder, sig, args):
+            llvec = _ll(context, vt)
+            ptr = _vptr(context, builder, sig.args[0], args[0], args[1], sig.args[1], llvec.element)
+            return _splat_value(builder, llvec, builder.load(ptr, align=vt.dtype.bitwidth // 8))
+        return vt(a, i), codegen
+
+    @intrinsic
+    def vsplat(typingctx, a, x):
+        """A register of a's dtype with every lane x."""
+        vt = _vec_of(getattr(a, "dtype", None))
+        if vt is None or not isinstance(x, (types.Float, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            s = context.cast(builder, args[1], sig.args[1], vt.dtype)
+            return _splat_value(builder, _ll(context, vt), s)
+        return vt(a, x), codegen
+
+    def _binary(op):
+        @intrinsic
+        def f(typingctx, x, y):
+            if not isinstance(x, Vec) or x != y:
+                return None
+
+            def codegen(context, builder, sig, args):
+                return op(builder, *args)
+            return x(x, y), codegen
+        return f
+
+    vadd = _binary(lambda b, x, y: b.fadd(x, y))
+    vmul = _binary(lambda b, x, y: b.fmul(x, y))
+    vsub = _binary(lambda b, x, y: b.fsub(x, y))
+    # max(x, y) as "y > x ? y : x": a NaN in y is dropped here, but the same NaN still reaches
+    # exp(y - m) and so the row sum and the output, which end up NaN as in the reference.
+    vmax = _binary(lambda b, x, y: b.select(b.fcmp_ordered(">", y, x), y, x))
+
+    @intrinsic
+    def vfma(typingctx, x, y, z):
+        """x * y + z with one rounding (a vector FMA)."""
+        if not isinstance(x, Vec) or not x == y == z:
+            return None
+
+        def codegen(context, builder, sig, args):
+            return _fma(builder, *args)
+        return x(x, y, z), codegen
+
+    def _vintrinsic(builder, name, args):
+        t = args[0].type
+        full = f"llvm.{name}.v{t.count}f{64 if isinstance(t.element, ir.DoubleType) else 32}"
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(t, [t] * len(args)), full)
+        return builder.call(fn, args)
+
+    def _fma(builder, x, y, z):
+        return _vintrinsic(builder, "fma", [x, y, z])
+
+    def _reduce(builder, v, combine):
+        # fixed pairwise tree: the same order on every call, so results never depend on threads
+        n = v.type.count
+        while n > 1:
+            n //= 2
+            lo = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(ir.IntType(32), n), list(range(n))))
+            hi = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(ir.IntType(32), n), list(range(n, 2 * n))))
+            v = combine(lo, hi)
+        return builder.extract_element(v, ir.Constant(ir.IntType(32), 0))
+
+    @intrinsic
+    def hsum(typingctx, v):
+        if not isinstance(v, Vec):
+            return None
+
+        def codegen(context, builder, sig, args):
+            return _reduce(builder, args[0], builder.fadd)
+        return v.dtype(v), codegen
+
+    @intrinsic
+    def hmax(typingctx, v):
+        if not isinstance(v, Vec):
+            return None
+
+        def codegen(context, builder, sig, args):
+            return _reduce(builder, args[0], lambda x, y: builder.select(builder.fcmp_ordered(">", y, x), y, x))
+        return v.dtype(v), codegen
+
+    @intrinsic
+    def vexp(typingctx, v):
+        """exp on every lane: Cephes-style range reduction, a polynomial, 2^n built in the exponent bits.
+
+        float32: degree-7 Cephes expf polynomial (~1-2 ulp); float64: degree-12 Taylor on |r| <= ln2/2
+        (~2 ulp). Arguments below the smallest normal result give exactly 0 (so -inf gives 0). Only
+        for x <= 0, which is all the kernels pass (a score minus the running max): nothing is clamped
+        at the top, where 2^n would overflow the exponent field.
+        """
+        if not isinstance(v, Vec):
+            return None
+
+        def codegen(context, builder, sig, args):
+            x = args[0]
+            llvec = x.type
+            f32 = sig.args[0].dtype == types.float32
+            if f32:
+                lo, c1, c2 = -87.33654, 0.693359375, -2.12194440e-4
+                poly = [1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
+                        1.6666665459e-1, 5.0000001201e-1]
+                ity, bias, shift = ir.IntType(32), 127, 23
+            else:
+                lo, c1, c2 = -708.0, 6.93145751953125e-1, 1.42860682030941723212e-6
+                poly = [1.0 / math.factorial(k) for k in range(12, 1, -1)]
+                ity, bias, shift = ir.IntType(64), 1023, 52
+            ivec = ir.VectorType(ity, llvec.count)
+            C = lambda c: _const(llvec, c)
+            under = builder.fcmp_ordered("<", x, C(lo))
+            xc = builder.select(under, C(lo), x)  # no upper clamp: callers pass x <= 0 (see above)
+            fx = _vintrinsic(builder, "floor", [_fma(builder, xc, C(1.4426950408889634), C(0.5))])
+            r = _fma(builder, fx, C(-c1), xc)
+            r = _fma(builder, fx, C(-c2), r)
+            p = C(poly[0])
+            for c in poly[1:]:
+                p = _fma(builder, p, r, C(c))
+            y = builder.fadd(_fma(builder, p, builder.fmul(r, r), r), C(1.0))
+            n = builder.fptosi(fx, ivec)
+            pow2 = builder.bitcast(builder.shl(builder.add(n, _const(ivec, bias)), _const(ivec, shift)), llvec)
+            return builder.select(under, C(0.0), builder.fmul(y, pow2))
+        return v(v), codegen
+
+
+def _jit(**kw):
+    return numba.njit(nogil=True, cache=True, fastmath=FASTMATH, **kw)
+
+
+@_jit(parallel=True)
+def pack_kv(k, v, koff, voff, ks, vs, Sk, dk, dv, dvp, kp, vp):
+    """K as key-contiguous tiles kp[u, t, d, j] (keys on the SIMD axis) and V as rows padded to dvp
+    lanes vp[u, key, d]; zero padding past Sk and dv. One unit per distinct (K, V) batch item."""
+    nkt = kp.shape[1]
+    for w in prange(kp.shape[0] * nkt):
+        u, t = w // nkt, w % nkt
+        k0 = t * BK
+        nk = min(BK, Sk - k0)
+        kt = kp[u, t]
+        for j in range(nk):  # read K rows contiguously, write them as columns of the tile
+            base = koff[u] + (k0 + j) * ks
+            for d in range(dk):
+                kt[d, j] = k[base + d]
+        for d in range(dk):
+            for j in range(nk, BK):
+                kt[d, j] = 0
+        for j in range(BK):
+            vr = vp[u, k0 + j]
+            if j < nk:
+                base = voff[u] + (k0 + j) * vs
+                for d in range(dv):
+                    vr[d] = v[base + d]
+                for d in range(dv, dvp):
+                    vr[d] = 0
+            else:
+                for d in range(dvp):
+                    vr[d] = 0
+
+
+@_jit()
+def _round16(n):
+    return (n + 15) // 16 * 16
+
+
+@_jit()
+def scratch_layout(dk, dvp, Sk):
+    """Offsets of one thread's scratch (scores, accumulator, query tile, max, sum, exact-path row)
+    and its total length, each part starting on a 64-byte line (so threads never share a line)."""
+    o_acc = _round16(BQ * BK)
+    o_q = o_acc + _round16(BQ * dvp)
+    o_m = o_q + _round16(BQ * dk)
+    o_l = o_m + _round16(BQ)
+    o_row = o_l + _round16(BQ)
+    return o_acc, o_q, o_m, o_l, o_row, o_row + _round16(Sk)
+
+
+@_jit()
+def _exact_row(q, kp, vp, mask, orow, qrow, u, mrow, i, Sk, dk, dv, scale, causal, masked, row):
+    """One query row done the plain two-pass way over all Sk keys, masked scores = -1e9 as in the
+    reference: used for the rare rows whose final max is < TINY_MAX (e.g. every key masked, which
+    gives mean(V)), where the skipped and zero-flushed masked keys would have counted.
+    orow: the row's d_v outputs; row: scratch of >= Sk values."""
+    zero = scale - scale
+    for j in range(Sk):
+        t, jj = j // BK, j % BK
+        s = zero
+        for d in range(dk):
+            s += q[qrow + d] * kp[u, t, d, jj]
+        s = s * scale
+        if (masked and mask[mrow + j] == 0) or (causal and j > i):
+            s = MASKED
+        row[j] = s
+    m = row[0]
+    for j in range(1, Sk):
+        m = max(m, row[j])
+    total = zero
+    for j in range(Sk):
+        row[j] = math.exp(row[j] - m)
+        total += row[j]
+    for d in range(dv):
+        orow[d] = 0
+    for j in range(Sk):
+        for d in range(dv):
+            orow[d] += row[j] * vp[u, j, d]
+    for d in range(dv):
+        orow[d] = orow[d] / total
+
+
+@_jit(parallel=True)
+def attention_tiles(q, kp, vp, mask, out, qoff, moff, unit, qs, ms, Sq, Sk, dk, dv, causal, masked, items, starts,
+                    work):
+    """Work item w = (query tile w // B, batch item w % B); items/starts: the items each thread runs
+    (len(starts) - 1 = Numba's current thread count, passed in: numba.get_num_threads() in jitted
+    code would make the function uncachable); work: (>= threads, scratch_layout(...)[-1]) per-thread
+    scratch, preallocated by the caller (and reused across calls) and indexed by thread id."""
+    nthreads = starts.size - 1
+    B = qoff.shape[0]
+    dvp = vp.shape[2]
+    nqt = (Sq + BQ - 1) // BQ
+    nkt = kp.shape[1]
+    sc = np.empty(1, out.dtype)
+    sc[0] = 1.0 / math.sqrt(dk)  # in the array's dtype; Q is scaled (exact for d_k = 4^i), not the scores
+    scale = sc[0]
+    o_acc, o_q, o_m, o_l, o_row, _ = scratch_layout(dk, dvp, Sk)  # parts of a thread's row of `work`
+    kflat = kp.reshape(-1)
+    vflat = vp.reshape(-1)
+    W = vwidth(out)
+    W2 = 2 * W
+    # One parallel iteration per thread (Numba splits a prange into equal contiguous blocks, so a
+    # causal triangle would load one thread with most of the work; numba.set_parallel_chunksize
+    # did not change that with the omp layer, measured): thread p runs the work items
+    # items[starts[p]:starts[p + 1]], a balanced split computed by the caller. Scratch is indexed by
+    # numba.get_thread_id(); every output row is computed the same way whichever thread runs it.
+    for p in prange(nthreads):
+        for wi in range(starts[p], starts[p + 1]):
+            w = items[wi]
+            tid = numba.get_thread_id()
+            S = work[tid, :o_acc]              # scores, then probabilities
+            acc = work[tid, o_acc:o_q]         # running P V
+            Qp = work[tid, o_q:o_m]            # the query tile, packed and scaled
+            mrun = work[tid, o_m:o_l]          # running max
+            lrun = work[tid, o_l:o_row]        # running sum
+            qt = w // B
+            b = w % B
+            u = unit[b]
+            i0 = qt * BQ
+            nq = min(BQ, Sq - i0)
+            for r in range(BQ):
+                mrun[r] = -np.inf
+                lrun[r] = 0
+            for x in range(BQ * dvp):
+                acc[x] = 0
+            # the query tile, scaled by 1/sqrt(d_k), packed row-major (rows past Sq are zeros)
+            for r in range(nq):
+                qb = qoff[b] + (i0 + r) * qs
+                for d in range(dk):
+                    Qp[r * dk + d] = q[qb + d] * scale
+            for x in range(nq * dk, BQ * dk):
+                Qp[x] = 0
+            kt_end = nkt
+            if causal:
+                kt_end = min(nkt, (i0 + nq - 1) // BK + 1)  # key tiles wholly above the diagonal: skipped
+            for t in range(kt_end):
+                k0 = t * BK
+                nk = min(BK, Sk - k0)
+                if masked:  # skip a key tile masked for every query row of this tile
+                    anyvis = False
+                    for r in range(nq):
+                        mb = moff[b] + (i0 + r) * ms + k0
+                        for j in range(nk):
+                            if mask[mb + j] != 0:
+                                anyvis = True
+                                break
+                        if anyvis:
+                            break
+                    if not anyvis:
+                        continue
+                # ---- S = Q_tile K_tile^T: R rows x 2 registers of keys, accumulators in registers
+                kb = (u * nkt + t) * dk * BK
+                for jv in range(0, BK, W2):
+                    for r0 in range(0, BQ, R):
+                        q0 = r0 * dk
+                        c00 = vsplat(out, 0)
+                        c01 = c00
+                        c10 = c00
+                        c11 = c00
+                        c20 = c00
+                        c21 = c00
+                        c30 = c00
+                        c31 = c00
+                        for d in range(dk):
+                            ka = vload(kflat, kb + d * BK + jv)
+                            kc = vload(kflat, kb + d * BK + jv + W)
+                            x = vbcast(Qp, q0 + d)
+                            c00 = vfma(x, ka, c00)
+                            c01 = vfma(x, kc, c01)
+                            x = vbcast(Qp, q0 + dk + d)
+                            c10 = vfma(x, ka, c10)
+                            c11 = vfma(x, kc, c11)
+                            x = vbcast(Qp, q0 + 2 * dk + d)
+                            c20 = vfma(x, ka, c20)
+                            c21 = vfma(x, kc, c21)
+                            x = vbcast(Qp, q0 + 3 * dk + d)
+                            c30 = vfma(x, ka, c30)
+                            c31 = vfma(x, kc, c31)
+                        sb = r0 * BK + jv
+                        vstore(S, sb, c00)
+                        vstore(S, sb + W, c01)
+                        vstore(S, sb + BK, c10)
+                        vstore(S, sb + BK + W, c11)
+                        vstore(S, sb + 2 * BK, c20)
+                        vstore(S, sb + 2 * BK + W, c21)
+                        vstore(S, sb + 3 * BK, c30)
+                        vstore(S, sb + 3 * BK + W, c31)
+                # ---- scale, mask, online softmax per row
+                diag = causal and k0 + nk - 1 > i0
+                for r in range(nq):
+                    i = i0 + r
+                    sr = r * BK
+                    if masked:
+                        mb = moff[b] + i * ms + k0
+                        for j in range(nk):
+                            if mask[mb + j] == 0:
+                                S[sr + j] = MASKED
+                    if diag:
+                        for j in range(max(0, i - k0 + 1), nk):
+                            S[sr + j] = MASKED
+                    for j in range(nk, BK):
+                        S[sr + j] = -np.inf
+                    mx = vload(S, sr)
+                    for jv in range(W, BK, W):
+                        mx = vmax(mx, vload(S, sr + jv))
+                    m_new = max(mrun[r], hmax(mx))
+                    vm = vsplat(out, m_new)
+                    vneg = vsplat(out, -1.0)
+                    sm = vsplat(out, 0)
+                    for jv in range(0, BK, W):
+                        p = vexp(vfma(vm, vneg, vload(S, sr + jv)))
+                        vstore(S, sr + jv, p)
+                        sm = vadd(sm, p)
+                    if m_new > mrun[r]:
+                        alpha = math.exp(mrun[r] - m_new)
+                        lrun[r] = lrun[r] * alpha
+                        if alpha != 1:
+                            va = vsplat(out, alpha)
+                            for dc in range(0, dvp, W):
+                                vstore(acc, r * dvp + dc, vmul(vload(acc, r * dvp + dc), va))
+                        mrun[r] = m_new
+                    lrun[r] += hsum(sm)
+                # ---- acc += P V_tile: R rows x 2 registers of d_v, accumulators in registers
+                vb = (u * nkt * BK + k0) * dvp
+                for dc in range(0, dvp, W2):
+                    for r0 in range(0, BQ, R):
+                        a0 = r0 * dvp + dc
+                        c00 = vload(acc, a0)
+                        c01 = vload(acc, a0 + W)
+                        c10 = vload(acc, a0 + dvp)
+                        c11 = vload(acc, a0 + dvp + W)
+                        c20 = vload(acc, a0 + 2 * dvp)
+                        c21 = vload(acc, a0 + 2 * dvp + W)
+                        c30 = vload(acc, a0 + 3 * dvp)
+                        c31 = vload(acc, a0 + 3 * dvp + W)
+                        pb = r0 * BK
+                        for j in range(nk):
+                            va = vload(vflat, vb + j * dvp + dc)
+                            vc = vload(vflat, vb + j * dvp + dc + W)
+                            x = vbcast(S, pb + j)
+                            c00 = vfma(x, va, c00)
+                            c01 = vfma(x, vc, c01)
+                            x = vbcast(S, pb + BK + j)
+                            c10 = vfma(x, va, c10)
+                            c11 = vfma(x, vc, c11)
+                            x = vbcast(S, pb + 2 * BK + j)
+                            c20 = vfma(x, va, c20)
+                            c21 = vfma(x, vc, c21)
+                            x = vbcast(S, pb + 3 * BK + j)
+                            c30 = vfma(x, va, c30)
+                            c31 = vfma(x, vc, c31)
+                        vstore(acc, a0, c00)
+                        vstore(acc, a0 + W, c01)
+                        vstore(acc, a0 + dvp, c10)
+                        vstore(acc, a0 + dvp + W, c11)
+                        vstore(acc, a0 + 2 * dvp, c20)
+                        vstore(acc, a0 + 2 * dvp + W, c21)
+                        vstore(acc, a0 + 3 * dvp, c30)
+                        vstore(acc, a0 + 3 * dvp + W, c31)
+            # ---- write the tile's rows: acc / l, or the exact path for rows whose max is tiny
+            for r in range(nq):
+                i = i0 + r
+                ob = (b * Sq + i) * dv
+                if mrun[r] < TINY_MAX:
+                    _exact_row(q, kp, vp, mask, out[ob:ob + dv], qoff[b] + i * qs, u, moff[b] + i * ms, i,
+                               Sk, dk, dv, scale, causal, masked, work[tid, o_row:o_row + Sk])
+                else:
+                    inv = lrun[r]
+                    for d in range(dv):
+                        out[ob + d] = acc[r * dvp + d] / inv

@@ -1,0 +1,44 @@
+"""Numba softmax kernel over the rows of a C-contiguous (rows, n) array; one thread per block of rows."""
+import numba
+import numpy as np
+from numba import prange
+
+from .attention import FASTMATH, hmax, hsum, vadd, vexp, vfma, vload, vmax, vmul, vsplat, vstore, vwidth
+
+
+@numba.njit(parallel=True, nogil=True, cache=True, fastmath=FASTMATH)
+def softmax_rows(x, out, nthreads):
+    """out[i] = exp(x[i] - max x[i]) / sum exp(x[i] - max x[i]): max, exp + sum, scale, each a
+    register-wide pass (the row is L1/L2-resident after the first); the tail of a row that is not a
+    whole number of registers goes through a small per-thread buffer padded with -inf."""
+    rows, n = x.shape
+    W = vwidth(x)
+    nv = n - n % W
+    tail_all = np.empty((nthreads, W), x.dtype)
+    xf = x.reshape(-1)
+    of = out.reshape(-1)
+    for i in prange(rows):
+        tail = tail_all[numba.get_thread_id()]
+        base = i * n
+        for j in range(W):
+            tail[j] = xf[base + nv + j] if j < n - nv else -np.inf
+        mx = vload(tail, 0)
+        for j in range(0, nv, W):
+            mx = vmax(mx, vload(xf, base + j))
+        m = hmax(mx)
+        vm = vsplat(x, m)
+        vneg = vsplat(x, -1.0)
+        sm = vsplat(x, 0)
+        for j in range(0, nv, W):
+            e = vexp(vfma(vm, vneg, vload(xf, base + j)))
+            vstore(of, base + j, e)
+            sm = vadd(sm, e)
+        e = vexp(vfma(vm, vneg, vload(tail, 0)))  # padded lanes: exp(-inf) = 0
+        vstore(tail, 0, e)
+        sm = vadd(sm, e)
+        total = hsum(sm)
+        inv = vsplat(x, 1.0 / total)
+        for j in range(0, nv, W):
+            vstore(of, base + j, vmul(vload(of, base + j), inv))
+        for j in range(n - nv):
+            of[base + nv + j] = tail[j] / total

@@ -1,0 +1,56 @@
+"""The Numba kernels' source run as plain Python (NUMBA_DISABLE_JIT=1) against the reference.
+
+Compiled, the kernels are checked by the shared suite; this runs a few small cases through the
+same source interpreted (the SIMD intrinsics become NumPy stand-ins), in a subprocess because the
+flag is read when numba is first imported.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("numba")
+
+SCRIPT = textwrap.dedent("""
+    import numba
+    import numpy as np
+    assert numba.config.DISABLE_JIT
+    import silkattn
+    import silkattn.numba as sn
+    from silkattn import reference as ref
+
+    TOL = {np.float32: dict(rtol=1e-4, atol=1e-5), np.float64: dict(rtol=1e-10, atol=1e-12)}
+    rng = np.random.default_rng(4)
+    silkattn.set_num_threads(2)
+    for dtype in (np.float32, np.float64):
+        f64 = lambda *a: [x.astype(np.float64) for x in a]
+        # several query and key tiles (BQ = 64, BK = 128), d_k and d_v not multiples of a register
+        Q = rng.standard_normal((2, 70, 20)).astype(dtype)
+        K = rng.standard_normal((2, 150, 20)).astype(dtype)
+        V = rng.standard_normal((2, 150, 12)).astype(dtype)
+        mask = rng.random((2, 70, 150)) < 0.7
+        mask[:, ::5] = False                  # fully masked rows: mean(V)
+        mask[:, :, 10:140] &= rng.random((2, 70, 1)) < 0.5
+        tri = ref.causal_mask(70, 150)
+        cases = [(None, False), (None, True), (mask, False), (mask, True)]
+        for m, causal in cases:
+            full = tri if causal and m is None else (m & tri if causal else m)
+            np.testing.assert_allclose(sn.attention(Q, K, V, m, causal=causal), ref.attention(*f64(Q, K, V), full),
+                                       **TOL[dtype])
+        x = (rng.standard_normal((5, 13)) * 4).astype(dtype)
+        x[1] = -1e9
+        np.testing.assert_allclose(sn.softmax(x), ref.softmax(*f64(x)), **TOL[dtype])
+        X = (1e3 + rng.standard_normal((4, 37))).astype(dtype)
+        g, b = rng.standard_normal(37).astype(dtype), rng.standard_normal(37).astype(dtype)
+        np.testing.assert_allclose(sn.layer_norm(X, g, b), ref.layer_norm(*f64(X, g, b)), **TOL[dtype])
+    print("nojit ok")
+""")
+
+
+def test_numba_kernels_run_as_python():
+    env = dict(os.environ, NUMBA_DISABLE_JIT="1")
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "nojit ok" in proc.stdout
