@@ -10,8 +10,30 @@ import math
 import threading
 import types
 
+import os
+
 import numba
 import numpy as np
+
+
+def _start_threads_waiting_passively():
+    """Start Numba's thread pool now, with OMP_WAIT_POLICY=passive unless the user set it: its
+    OpenMP threads then sleep between kernels instead of spinning against numpy's OpenBLAS
+    threads (see silkattn/_cy/__init__.py for the measurement). libgomp reads it once, at load."""
+    ours = "OMP_WAIT_POLICY" not in os.environ
+    if ours:
+        os.environ["OMP_WAIT_POLICY"] = "passive"
+    try:
+        from numba.np.ufunc import parallel
+        parallel._launch_threads()
+    except (ImportError, AttributeError):  # a Numba without this hook: threads start on first use
+        pass
+    finally:
+        if ours:
+            del os.environ["OMP_WAIT_POLICY"]
+
+
+_start_threads_waiting_passively()
 
 from .. import _api
 from . import attention as _attention
