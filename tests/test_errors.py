@@ -5,7 +5,7 @@ import importlib
 import numpy as np
 import pytest
 
-from conftest import assert_close, f64
+from conftest import assert_close
 from silkattn import reference as ref
 from silkattn._backends import MODULES
 

@@ -391,7 +391,6 @@ def attention_tiles(q, kp, vp, mask, out, qoff, moff, unit, qs, ms, Sq, Sk, dk, 
     nthreads = starts.size - 1
     B = qoff.shape[0]
     dvp = vp.shape[2]
-    nqt = (Sq + BQ - 1) // BQ
     nkt = kp.shape[1]
     sc = np.empty(1, out.dtype)
     sc[0] = 1.0 / math.sqrt(dk)  # in the array's dtype; Q is scaled (exact for d_k = 4^i), not the scores
