@@ -6,17 +6,31 @@
  * itself to a float32 (at a mean of 1e4 that alone would cost 5e-4). */
 #include "tmpl_simd.h"
 
+/* Four independent accumulators per sum: one alone makes each pass a chain of dependent adds
+ * (4 cycles each) and left the op compute-bound (2.2-2.8 ms for 8192 x 512 float32, one thread). */
 static void SA_FN(sa_layer_norm_row)(const SA_T *x, const SA_T *g, const SA_T *b, SA_T eps,
                                      SA_T *out, int64_t n) {
-    int64_t j, nv = n - n % SA_VL;
-    VEC acc = SA_FN(splat)(0), acc2;
-    for (j = 0; j < nv; j += SA_VL) acc += LOAD(x + j);
-    SA_T s = SA_FN(hsum)(acc), s2;
+    const int64_t nv = n - n % SA_VL, n4 = n - n % (4 * SA_VL);
+    const VEC z = SA_FN(splat)(0);
+    VEC a0 = z, a1 = z, a2 = z, a3 = z, q0 = z, q1 = z, q2 = z, q3 = z;
+    int64_t j;
+    for (j = 0; j < n4; j += 4 * SA_VL) {
+        a0 += LOAD(x + j); a1 += LOAD(x + j + SA_VL);
+        a2 += LOAD(x + j + 2 * SA_VL); a3 += LOAD(x + j + 3 * SA_VL);
+    }
+    for (; j < nv; j += SA_VL) a0 += LOAD(x + j);
+    SA_T s = SA_FN(hsum)((a0 + a1) + (a2 + a3)), s2;
     for (; j < n; j++) s += x[j];
     const SA_T m0 = s / n;
-    acc = acc2 = SA_FN(splat)(0);
-    for (j = 0; j < nv; j += SA_VL) { VEC d = LOAD(x + j) - m0; acc += d; acc2 += d * d; }
-    s = SA_FN(hsum)(acc), s2 = SA_FN(hsum)(acc2);
+    a0 = a1 = a2 = a3 = z;
+    for (j = 0; j < n4; j += 4 * SA_VL) {
+        VEC d0 = LOAD(x + j) - m0, d1 = LOAD(x + j + SA_VL) - m0;
+        VEC d2 = LOAD(x + j + 2 * SA_VL) - m0, d3 = LOAD(x + j + 3 * SA_VL) - m0;
+        a0 += d0; a1 += d1; a2 += d2; a3 += d3;
+        q0 += d0 * d0; q1 += d1 * d1; q2 += d2 * d2; q3 += d3 * d3;
+    }
+    for (; j < nv; j += SA_VL) { VEC d = LOAD(x + j) - m0; a0 += d; q0 += d * d; }
+    s = SA_FN(hsum)((a0 + a1) + (a2 + a3)), s2 = SA_FN(hsum)((q0 + q1) + (q2 + q3));
     for (; j < n; j++) { SA_T d = x[j] - m0; s += d; s2 += d * d; }
     const SA_T delta = s / n, var = s2 / n - delta * delta;
     const SA_T rstd = 1 / sqrt((var > 0 ? var : 0) + eps);

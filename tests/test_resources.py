@@ -100,3 +100,38 @@ def test_no_leak_over_20000_calls(backend, rng, op):
         call()
     grown = _rss_kib() - before
     assert grown < 2048, f"resident memory grew by {grown} KiB over 20000 calls"
+
+
+OPENBLAS_CHILD = """
+import ctypes, json, os
+import numpy as np
+import silkattn
+a = np.arange(256 * 256, dtype=np.float64).reshape(256, 256) % 7
+ok = bool(np.array_equal(a @ a, np.einsum("ij,jk->ik", a, a)))  # the restarted workers compute right
+libs = silkattn._openblas.applied or silkattn._openblas._openblas_libraries()
+timeout = ctypes.CDLL(libs[0]).openblas_thread_timeout() if libs else None
+print(json.dumps(dict(applied=silkattn._openblas.applied, timeout=timeout, ok=ok,
+                      left=os.environ.get("OPENBLAS_THREAD_TIMEOUT"))))
+"""
+
+
+@pytest.mark.parametrize("user", [None, "28"])
+def test_openblas_idle_workers_sleep_unless_the_user_chose(user):
+    """silkattn shortens numpy's OpenBLAS worker spin (silkattn/_openblas.py) only when the user
+    did not set OPENBLAS_THREAD_TIMEOUT, and GEMMs stay correct after the workers restart."""
+    import json
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if not k.endswith("THREAD_TIMEOUT")}
+    env.update(OPENBLAS_NUM_THREADS="2", **({"OPENBLAS_THREAD_TIMEOUT": user} if user else {}))
+    out = json.loads(subprocess.run([sys.executable, "-c", OPENBLAS_CHILD], env=env, capture_output=True,
+                                    text=True, check=True).stdout.splitlines()[-1])
+    assert out["ok"]
+    assert out["left"] == user  # silkattn's setting does not leak into child processes
+    if out["timeout"] is None:
+        pytest.skip("numpy's BLAS here is not an OpenBLAS with the entry points silkattn uses")
+    if user:
+        assert out["applied"] == [] and out["timeout"] == 28
+    else:
+        assert out["applied"] and out["timeout"] == silkattn._openblas.TIMEOUT

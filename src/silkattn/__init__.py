@@ -3,6 +3,7 @@
 The top-level functions are the reference's (silkattn.reference) running on the fastest installed
 backend; choose one with set_backend(name), `with use_backend(name):` or SILKATTN_BACKEND.
 """
+from . import _openblas  # noqa: F401  (numpy's idle BLAS threads sleep: see the module)
 from . import reference
 from ._backends import backends, get_backend, set_backend, use_backend
 from ._patch import patch, patched, unpatch
