@@ -38,8 +38,8 @@ from numba import prange
 
 MASKED = -1e9          # the score a masked-out key gets (replaced, as in silkattn.reference)
 TINY_MAX = -1e8        # a row whose final running max is below this is redone exactly (see below)
-BQ = 128               # query rows per tile (a multiple of R)
-BK = 128               # keys per tile (a multiple of 2 vectors for both dtypes)
+BQ = 64                # query rows per tile (a multiple of R); 64 x 64 scores stay in L1:
+BK = 64                # 128 x 128 was 1-10% slower at S >= 512 and 20% at S = 128 causal
 R = 4                  # rows per register block in both micro-kernels
 
 # fastmath: 'contract' only (a * b + c may become one FMA). Not True, nor 'nnan'/'ninf': they let LLVM
@@ -305,31 +305,41 @@ def _jit(**kw):
 @_jit(parallel=True)
 def pack_kv(k, v, koff, voff, ks, vs, Sk, dk, dv, dvp, kp, vp):
     """K as key-contiguous tiles kp[u, t, d, j] (keys on the SIMD axis) and V as rows padded to dvp
-    lanes vp[u, key, d]; zero padding past Sk and dv. One unit per distinct (K, V) batch item."""
+    lanes vp[u, key, d]; zero padding past Sk and dv. One unit per distinct (K, V) batch item.
+    kp and vp are C-contiguous: tile w = u * nkt + t starts at w * dk * BK in kp."""
     nkt = kp.shape[1]
+    kf = kp.reshape(-1)
+    vf = vp.reshape(-1)
     for w in prange(kp.shape[0] * nkt):
         u, t = w // nkt, w % nkt
         k0 = t * BK
         nk = min(BK, Sk - k0)
-        kt = kp[u, t]
-        for j in range(nk):  # read K rows contiguously, write them as columns of the tile
-            base = koff[u] + (k0 + j) * ks
+        kb = w * dk * BK
+        j = 0
+        while j + 8 <= nk:  # 8 keys at a time, so each d writes 8 adjacent values (1.4-1.7x faster)
+            src = koff[u] + (k0 + j) * ks
             for d in range(dk):
-                kt[d, j] = k[base + d]
+                o = kb + d * BK + j
+                for jj in range(8):
+                    kf[o + jj] = k[src + jj * ks + d]
+            j += 8
+        for jr in range(j, nk):
+            src = koff[u] + (k0 + jr) * ks
+            for d in range(dk):
+                kf[kb + d * BK + jr] = k[src + d]
         for d in range(dk):
-            for j in range(nk, BK):
-                kt[d, j] = 0
-        for j in range(BK):
-            vr = vp[u, k0 + j]
-            if j < nk:
-                base = voff[u] + (k0 + j) * vs
-                for d in range(dv):
-                    vr[d] = v[base + d]
-                for d in range(dv, dvp):
-                    vr[d] = 0
-            else:
-                for d in range(dvp):
-                    vr[d] = 0
+            for jr in range(nk, BK):
+                kf[kb + d * BK + jr] = 0
+        vb = (u * nkt * BK + k0) * dvp
+        for jr in range(nk):
+            src = voff[u] + (k0 + jr) * vs
+            dst = vb + jr * dvp
+            for d in range(dv):
+                vf[dst + d] = v[src + d]
+            for d in range(dv, dvp):
+                vf[dst + d] = 0
+        for x in range(vb + nk * dvp, vb + BK * dvp):
+            vf[x] = 0
 
 
 @_jit()
