@@ -1,62 +1,56 @@
-"""Why silkattn makes idle threads sleep: the seed-sized decoder and one multi_head on 2 threads
-with silkattn's defaults against the runtimes' own (OpenMP threads spinning: OMP_WAIT_POLICY=active;
-OpenBLAS workers spinning 2^28 cycles after each GEMM: OPENBLAS_THREAD_TIMEOUT=28). Each setting runs
-in its own process (both runtimes read their variable once), alternating over rounds; each figure is
-the median of 5 calls after a warm-up.
+"""What silkattn's idle-thread settings cost and buy, on 2 threads, against torch in the same run.
 
-    python bench/idle_threads.py [--S 512] [--rounds 3] [--backend cython]
+silkattn's defaults: OpenMP threads sleep when idle (OMP_WAIT_POLICY=passive) and numpy's OpenBLAS
+workers sleep 2^18 cycles after a GEMM (silkattn/_openblas.py). The alternatives are the runtimes'
+own spinning defaults and a short OpenMP spin. Every setting runs in its own worker process of the
+bench harness (both runtimes read their variables once, at load), alternating over rounds; figures
+are medians, and the ratio is to torch timed in the same rounds.
+
+    python bench/idle_threads.py --cases model   # the decoder and multi_head, S = 128, 512, 2048
+    python bench/idle_threads.py --cases small   # attention at S = 128 (one head and eight)
 """
 import argparse
-import json
 import os
-import subprocess
 import sys
 
-CHILD = """
-import json, sys, time
 import numpy as np
-import silkattn
-from silkattn import reference as ref
-S, backend = int(sys.argv[1]), sys.argv[2]
-silkattn.set_num_threads(2)
-silkattn.set_backend(backend)
-P = ref.init_params(1000, max_len=S)
-ids = np.random.default_rng(0).integers(0, 1000, S)
-x = np.random.default_rng(1).standard_normal((1, S, 512), dtype=np.float32)
-W = P["layers"][0]["attn"]
-calls = {"transformer": lambda: silkattn.transformer(ids, P),
-         "multi_head": lambda: silkattn.multi_head(x, *W, 8, silkattn.causal_mask(S))}
-out = {}
-for name, fn in calls.items():
-    fn(); fn()
-    times = []
-    for _ in range(5):
-        t = time.perf_counter(); fn(); times.append(time.perf_counter() - t)
-    out[name] = float(np.median(times))
-print(json.dumps(out))
-"""
 
-SETTINGS = {"silkattn's defaults": {}, "OMP_WAIT_POLICY=active": {"OMP_WAIT_POLICY": "active"},
+from silkattn import _bench
+
+SETTINGS = {"defaults": {}, "OMP_WAIT_POLICY=active": {"OMP_WAIT_POLICY": "active"},
+            "GOMP_SPINCOUNT=10000": {"GOMP_SPINCOUNT": "10000"},
             "OPENBLAS_THREAD_TIMEOUT=28": {"OPENBLAS_THREAD_TIMEOUT": "28"}}
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--S", type=int, default=512)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cases", choices=("model", "small"), default="model")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--backend", default="cython")
+    parser.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated names from: " + ", ".join(SETTINGS))
     args = parser.parse_args()
-    seen = {name: [] for name in SETTINGS}
-    for r in range(args.rounds):
-        for name in (list(SETTINGS) if r % 2 == 0 else list(SETTINGS)[::-1]):
-            env = dict(os.environ, OMP_NUM_THREADS="2", OPENBLAS_NUM_THREADS="2", **SETTINGS[name])
-            out = subprocess.run([sys.executable, "-c", CHILD, str(args.S), args.backend], env=env,
-                                 capture_output=True, text=True, check=True).stdout
-            seen[name].append(json.loads(out.strip().splitlines()[-1]))
-    for name, runs in seen.items():
-        for op in runs[0]:
-            print(f"{name:28s} {op:11s} S={args.S}, 2 threads, {args.backend}: "
-                  + ", ".join(f"{run[op] * 1e3:.1f}" for run in runs) + " ms")
+    cases = (_bench.model_cases(full=True) if args.cases == "model"
+             else [c for c in _bench.attention_cases(full=True) if c["S"] == 128])
+    runs = [(name, args.backend, SETTINGS[name]) for name in args.settings.split(",")] + [("torch", "torch", {})]
+    seen = {name: [] for name, _, _ in runs}
+    base = dict(os.environ)
+    try:
+        for r in range(args.rounds):
+            for name, contender, env in (runs if r % 2 == 0 else runs[::-1]):
+                os.environ.clear()
+                os.environ.update(base, **env)
+                spec = dict(contender=contender, threads=2, cases=cases, min_time=0.25)
+                seen[name].append(_bench._run_worker(sys.executable, spec)["times"])
+                print(f"round {r + 1}/{args.rounds}: {name} done", file=sys.stderr)
+    finally:
+        os.environ.clear()
+        os.environ.update(base)
+    med = {name: np.median(np.array(t), axis=0) for name, t in seen.items()}
+    print(f"2 threads, {args.backend}; ms (ratio to torch), medians of {args.rounds} rounds")
+    print(f"{'case':42s}" + "".join(f"{name:>28s}" for name in med))
+    for i, c in enumerate(cases):
+        cells = [f"{med[name][i] * 1e3:.3f} ({med[name][i] / med['torch'][i]:.2f})" for name in med]
+        print(f"{_bench.case_name(c):42s}" + "".join(f"{cell:>28s}" for cell in cells))
 
 
 if __name__ == "__main__":

@@ -135,3 +135,13 @@ def test_openblas_idle_workers_sleep_unless_the_user_chose(user):
         assert out["applied"] == [] and out["timeout"] == 28
     else:
         assert out["applied"] and out["timeout"] == silkattn._openblas.TIMEOUT
+
+
+@pytest.mark.parametrize("env, spinning", [
+    ({}, False), ({"OMP_WAIT_POLICY": "passive"}, False), ({"OMP_WAIT_POLICY": "Active"}, True),
+    ({"GOMP_SPINCOUNT": "10000"}, True), ({"GOMP_SPINCOUNT": "10k", "OMP_WAIT_POLICY": "passive"}, True),
+    ({"GOMP_SPINCOUNT": "0", "OMP_WAIT_POLICY": "active"}, False), ({"GOMP_SPINCOUNT": "infinity"}, True)])
+def test_spinning_threads_read_like_libgomp_reads_them(env, spinning):
+    """GOMP_SPINCOUNT overrides OMP_WAIT_POLICY (libgomp's rule); small calls get two threads only then."""
+    from silkattn._threads import _spinning
+    assert _spinning(env) is spinning

@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from ._threads import get_num_threads
+from ._threads import SPINNING, get_num_threads
 
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -161,7 +161,10 @@ def prepare_attention(Q, K, V, mask, out):
 
 def _threads_for(work, min_per_thread):
     """silkattn's thread count, or fewer when each thread would get too little work to pay for
-    waking it (tens of microseconds on a busy machine)."""
+    waking it: tens of microseconds when idle threads sleep (the default), a quarter of that
+    work when the user made them spin (see silkattn._threads.SPINNING)."""
+    if SPINNING:
+        min_per_thread /= 4
     return max(1, min(get_num_threads(), int(work // min_per_thread)))
 
 

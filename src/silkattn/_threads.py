@@ -13,6 +13,26 @@ def _default():
 _num_threads = _default()
 
 
+def _spinning(env=os.environ):
+    """True when the user made libgomp's idle threads spin: GOMP_SPINCOUNT > 0 (it overrides the
+    policy), or OMP_WAIT_POLICY=active without it. silkattn's default is passive (silkattn/_cy):
+    sleeping threads leave the cores to numpy's GEMMs in a model, but waking one costs tens of
+    microseconds, so small calls stay on one thread. With spinning threads a second thread pays
+    off for far smaller calls (`python bench/idle_threads.py --cases small`)."""
+    count = env.get("GOMP_SPINCOUNT", "").strip().lower()
+    if count:
+        if count == "infinity":
+            return True
+        try:
+            return float(count.rstrip("kmgt") or 0) > 0
+        except ValueError:
+            pass
+    return env.get("OMP_WAIT_POLICY", "").strip().lower() == "active"
+
+
+SPINNING = _spinning()
+
+
 def set_num_threads(n):
     """Set how many threads silkattn's kernels use (all backends); returns the previous value."""
     global _num_threads
