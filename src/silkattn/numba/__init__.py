@@ -7,10 +7,9 @@ Numba's thread count from silkattn.get_num_threads() and calls the compiled kern
 """
 import functools
 import math
+import os
 import threading
 import types
-
-import os
 
 import numba
 import numpy as np

@@ -15,17 +15,6 @@ small (every key masked, or scores near -1e9): such rows (max < TINY_MAX) are re
 over all Sk keys by _exact_row, which gives mean(V) for a fully masked row. Every row is computed
 the same way whichever thread runs it, so results do not depend on the thread count.
 
-Also home of the small SIMD layer the three Numba kernels share (softmax.py and layer_norm.py
-import it): a numba type for one 256-bit register (<8 x float> / <4 x double>) and @intrinsic
-operations on it, so the register-tiled micro-kernels keep their accumulators in registers (LLVM
-only vectorises innermost loops by itself, which makes plain loops round-trip their accumulators
-through L1) and exp is a vectorised polynomial (math.exp stays a scalar libm call here: no SVML in
-this llvmlite). With NUMBA_DISABLE_JIT=1 the same names are plain NumPy functions on small arrays,
-so the kernel source still runs (slowly) as Python.
-
-Numba's on-disk cache only tracks the file a function is defined in: after editing this file,
-delete src/silkattn/numba/__pycache__/*.nb[ic] or softmax/layer_norm may load stale machine code.
-
 Kernel contract (see silkattn._api): attention(q, k, v, mask, out, offsets, strides, Sq, Sk,
 d_k, d_v, causal, masked, num_threads); that entry point (packing, schedule, workspace) is in
 silkattn.numba.
@@ -36,266 +25,28 @@ import numba
 import numpy as np
 from numba import prange
 
+from ._simd import (
+    FASTMATH,
+    hmax,
+    hsum,
+    vadd,
+    vbcast,
+    vexp,
+    vfma,
+    vload,
+    vmax,
+    vmul,
+    vsplat,
+    vstore,
+    vwidth,
+)
+
 MASKED = -1e9          # the score a masked-out key gets (replaced, as in silkattn.reference)
 TINY_MAX = -1e8        # a row whose final running max is below this is redone exactly (see below)
 BQ = 64                # query rows per tile (a multiple of R); 64 x 64 scores stay in L1:
 BK = 64                # 128 x 128 was 1-10% slower at S >= 512 and 20% at S = 128 causal
 R = 4                  # rows per register block in both micro-kernels
 
-# fastmath: 'contract' only (a * b + c may become one FMA). Not True, nor 'nnan'/'ninf': they let LLVM
-# assume no NaN or Inf, so the -inf running-max start, the -inf padding and NaN inputs would become
-# undefined. Not 'reassoc' either, which the hand-vectorised code does not need (it makes its own
-# register-wide partial sums) and which would be harmful: Numba applies the flags to every float
-# instruction of a function, the intrinsics' too, and re-association would fold the two-step range
-# reduction of exp (x - n*C1 - n*C2) and layer_norm's shifted centring ((x - x0) - delta).
-FASTMATH = {"contract"}
-
-if numba.config.DISABLE_JIT:
-    # ---- pure-Python stand-ins: a "vector" is a small NumPy array of one register's lanes ----
-    def vwidth(a):
-        return 32 // a.dtype.itemsize
-
-    def vload(a, i):
-        return a[i:i + 32 // a.dtype.itemsize].copy()
-
-    def vstore(a, i, v):
-        a[i:i + v.size] = v
-
-    def vsplat(a, x):
-        return np.full(32 // a.dtype.itemsize, x, a.dtype)
-
-    def vbcast(a, i):
-        return np.full(32 // a.dtype.itemsize, a[i], a.dtype)
-
-    def vfma(x, y, z):
-        return x * y + z
-
-    def vadd(x, y):
-        return x + y
-
-    def vmul(x, y):
-        return x * y
-
-    def vsub(x, y):
-        return x - y
-
-    def vmax(x, y):
-        return np.where(y > x, y, x)
-
-    def hsum(v):
-        return v.sum(dtype=v.dtype)
-
-    def hmax(v):
-        return v.max()
-
-    def vexp(v):
-        lo = -87.33654 if v.dtype == np.float32 else -708.0
-        with np.errstate(under="ignore", over="ignore"):
-            return np.where(v < lo, 0, np.exp(np.minimum(v, 88.0 if v.dtype == np.float32 else 709.0))).astype(v.dtype)
-else:
-    from llvmlite import ir
-    from numba.core import cgutils, types
-    from numba.extending import intrinsic, models, register_model
-
-    LANES = {types.float32: 8, types.float64: 4}  # one 256-bit AVX register
-
-    class Vec(types.Type):
-        """One SIMD register of `lanes` x `dtype` (a plain LLVM vector value)."""
-
-        def __init__(self, dtype, lanes):
-            self.dtype, self.lanes = dtype, lanes
-            super().__init__(name=f"Vec({dtype} x {lanes})")
-
-    @register_model(Vec)
-    class VecModel(models.PrimitiveModel):
-        def __init__(self, dmm, fe_type):
-            super().__init__(dmm, fe_type, ir.VectorType(dmm.lookup(fe_type.dtype).get_value_type(), fe_type.lanes))
-
-    def _vec_of(dtype):
-        return Vec(dtype, LANES[dtype]) if dtype in LANES else None
-
-    def _ll(context, vt):
-        return ir.VectorType(context.get_value_type(vt.dtype), vt.lanes)
-
-    def _splat_value(builder, llvec, x):
-        undef = ir.Constant(llvec, ir.Undefined)
-        v = builder.insert_element(undef, x, ir.Constant(ir.IntType(32), 0))
-        return builder.shuffle_vector(v, undef, ir.Constant(ir.VectorType(ir.IntType(32), llvec.count), [0] * llvec.count))
-
-    def _const(llvec, x):
-        return ir.Constant(llvec, [x] * llvec.count)
-
-    def _vptr(context, builder, arytype, ary, idx, idxtype, llvec):
-        a = context.make_array(arytype)(context, builder, ary)
-        i = context.cast(builder, idx, idxtype, types.intp)
-        return builder.bitcast(builder.gep(a.data, [i]), ir.PointerType(llvec))
-
-    @intrinsic
-    def vwidth(typingctx, a):
-        """Lanes per register for a's dtype (a compile-time constant)."""
-        vt = _vec_of(getattr(a, "dtype", None))
-        if vt is None:
-            return None
-
-        def codegen(context, builder, sig, args):
-            return ir.Constant(ir.IntType(64), vt.lanes)
-        return types.intp(a), codegen
-
-    @intrinsic
-    def vload(typingctx, a, i):
-        """Unaligned load of one register from a 1-D C array at element i."""
-        if not isinstance(a, types.Array) or _vec_of(a.dtype) is None:
-            return None
-        vt = _vec_of(a.dtype)
-
-        def codegen(context, builder, sig, args):
-            llvec = _ll(context, vt)
-            return builder.load(_vptr(context, builder, sig.args[0], args[0], args[1], sig.args[1], llvec),
-                                align=vt.dtype.bitwidth // 8)
-        return vt(a, i), codegen
-
-    @intrinsic
-    def vstore(typingctx, a, i, v):
-        if not isinstance(a, types.Array) or _vec_of(a.dtype) is None or v != _vec_of(a.dtype):
-            return None
-
-        def codegen(context, builder, sig, args):
-            llvec = _ll(context, sig.args[2])
-            builder.store(args[2], _vptr(context, builder, sig.args[0], args[0], args[1], sig.args[1], llvec),
-                          align=sig.args[2].dtype.bitwidth // 8)
-            return context.get_dummy_value()
-        return types.none(a, i, v), codegen
-
-    @intrinsic
-    def vbcast(typingctx, a, i):
-        """A register with every lane a[i] (1-D C array; no negative-index wraparound)."""
-        if not isinstance(a, types.Array) or _vec_of(a.dtype) is None:
-            return None
-        vt = _vec_of(a.dtype)
-
-        def codegen(context, builder, sig, args):
-            llvec = _ll(context, vt)
-            ptr = _vptr(context, builder, sig.args[0], args[0], args[1], sig.args[1], llvec.element)
-            return _splat_value(builder, llvec, builder.load(ptr, align=vt.dtype.bitwidth // 8))
-        return vt(a, i), codegen
-
-    @intrinsic
-    def vsplat(typingctx, a, x):
-        """A register of a's dtype with every lane x."""
-        vt = _vec_of(getattr(a, "dtype", None))
-        if vt is None or not isinstance(x, (types.Float, types.Integer)):
-            return None
-
-        def codegen(context, builder, sig, args):
-            s = context.cast(builder, args[1], sig.args[1], vt.dtype)
-            return _splat_value(builder, _ll(context, vt), s)
-        return vt(a, x), codegen
-
-    def _binary(op):
-        @intrinsic
-        def f(typingctx, x, y):
-            if not isinstance(x, Vec) or x != y:
-                return None
-
-            def codegen(context, builder, sig, args):
-                return op(builder, *args)
-            return x(x, y), codegen
-        return f
-
-    vadd = _binary(lambda b, x, y: b.fadd(x, y))
-    vmul = _binary(lambda b, x, y: b.fmul(x, y))
-    vsub = _binary(lambda b, x, y: b.fsub(x, y))
-    # max(x, y) as "y > x ? y : x": a NaN in y is dropped here, but the same NaN still reaches
-    # exp(y - m) and so the row sum and the output, which end up NaN as in the reference.
-    vmax = _binary(lambda b, x, y: b.select(b.fcmp_ordered(">", y, x), y, x))
-
-    @intrinsic
-    def vfma(typingctx, x, y, z):
-        """x * y + z with one rounding (a vector FMA)."""
-        if not isinstance(x, Vec) or not x == y == z:
-            return None
-
-        def codegen(context, builder, sig, args):
-            return _fma(builder, *args)
-        return x(x, y, z), codegen
-
-    def _vintrinsic(builder, name, args):
-        t = args[0].type
-        full = f"llvm.{name}.v{t.count}f{64 if isinstance(t.element, ir.DoubleType) else 32}"
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(t, [t] * len(args)), full)
-        return builder.call(fn, args)
-
-    def _fma(builder, x, y, z):
-        return _vintrinsic(builder, "fma", [x, y, z])
-
-    def _reduce(builder, v, combine):
-        # fixed pairwise tree: the same order on every call, so results never depend on threads
-        n = v.type.count
-        while n > 1:
-            n //= 2
-            lo = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(ir.IntType(32), n), list(range(n))))
-            hi = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(ir.IntType(32), n), list(range(n, 2 * n))))
-            v = combine(lo, hi)
-        return builder.extract_element(v, ir.Constant(ir.IntType(32), 0))
-
-    @intrinsic
-    def hsum(typingctx, v):
-        if not isinstance(v, Vec):
-            return None
-
-        def codegen(context, builder, sig, args):
-            return _reduce(builder, args[0], builder.fadd)
-        return v.dtype(v), codegen
-
-    @intrinsic
-    def hmax(typingctx, v):
-        if not isinstance(v, Vec):
-            return None
-
-        def codegen(context, builder, sig, args):
-            return _reduce(builder, args[0], lambda x, y: builder.select(builder.fcmp_ordered(">", y, x), y, x))
-        return v.dtype(v), codegen
-
-    @intrinsic
-    def vexp(typingctx, v):
-        """exp on every lane: Cephes-style range reduction, a polynomial, 2^n built in the exponent bits.
-
-        float32: degree-7 Cephes expf polynomial (~1-2 ulp); float64: degree-12 Taylor on |r| <= ln2/2
-        (~2 ulp). Arguments below the smallest normal result give exactly 0 (so -inf gives 0). Only
-        for x <= 0, which is all the kernels pass (a score minus the running max): nothing is clamped
-        at the top, where 2^n would overflow the exponent field.
-        """
-        if not isinstance(v, Vec):
-            return None
-
-        def codegen(context, builder, sig, args):
-            x = args[0]
-            llvec = x.type
-            f32 = sig.args[0].dtype == types.float32
-            if f32:
-                lo, c1, c2 = -87.33654, 0.693359375, -2.12194440e-4
-                poly = [1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
-                        1.6666665459e-1, 5.0000001201e-1]
-                ity, bias, shift = ir.IntType(32), 127, 23
-            else:
-                lo, c1, c2 = -708.0, 6.93145751953125e-1, 1.42860682030941723212e-6
-                poly = [1.0 / math.factorial(k) for k in range(12, 1, -1)]
-                ity, bias, shift = ir.IntType(64), 1023, 52
-            ivec = ir.VectorType(ity, llvec.count)
-            C = lambda c: _const(llvec, c)
-            under = builder.fcmp_ordered("<", x, C(lo))
-            xc = builder.select(under, C(lo), x)  # no upper clamp: callers pass x <= 0 (see above)
-            fx = _vintrinsic(builder, "floor", [_fma(builder, xc, C(1.4426950408889634), C(0.5))])
-            r = _fma(builder, fx, C(-c1), xc)
-            r = _fma(builder, fx, C(-c2), r)
-            p = C(poly[0])
-            for c in poly[1:]:
-                p = _fma(builder, p, r, C(c))
-            y = builder.fadd(_fma(builder, p, builder.fmul(r, r), r), C(1.0))
-            n = builder.fptosi(fx, ivec)
-            pow2 = builder.bitcast(builder.shl(builder.add(n, _const(ivec, bias)), _const(ivec, shift)), llvec)
-            return builder.select(under, C(0.0), builder.fmul(y, pow2))
-        return v(v), codegen
 
 
 def _jit(**kw):

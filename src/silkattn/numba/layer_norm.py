@@ -5,7 +5,7 @@ import numba
 import numpy as np
 from numba import prange
 
-from .attention import FASTMATH, hsum, vadd, vfma, vload, vmul, vsplat, vstore, vsub, vwidth
+from ._simd import FASTMATH, hsum, vadd, vfma, vload, vmul, vsplat, vstore, vsub, vwidth
 
 
 @numba.njit(parallel=True, nogil=True, cache=True, fastmath=FASTMATH)

@@ -3,7 +3,20 @@ import numba
 import numpy as np
 from numba import prange
 
-from .attention import FASTMATH, hmax, hsum, vadd, vexp, vfma, vload, vmax, vmul, vsplat, vstore, vwidth
+from ._simd import (
+    FASTMATH,
+    hmax,
+    hsum,
+    vadd,
+    vexp,
+    vfma,
+    vload,
+    vmax,
+    vmul,
+    vsplat,
+    vstore,
+    vwidth,
+)
 
 
 @numba.njit(parallel=True, nogil=True, cache=True, fastmath=FASTMATH)
