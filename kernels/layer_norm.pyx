@@ -16,14 +16,15 @@ def layer_norm(const floating[:, ::1] x, const floating[::1] g, const floating[:
                floating[:, ::1] out, int num_threads):
     """x, out: (rows, n) C-contiguous; g, b: (n,); each thread takes a block of whole rows."""
     cdef Py_ssize_t i, n = x.shape[1], rows = x.shape[0]
-    cdef int64_t ahead = max(1, 4096 // max(1, n * sizeof(floating)))  # prefetch about 4 KiB ahead, in whole rows
+    cdef int64_t pf, ahead = max(1, 4096 // max(1, n * sizeof(floating)))  # prefetch ~4 KiB ahead, whole rows
     cdef floating e = <floating>eps
     with nogil:
-        for i in prange(x.shape[0], num_threads=num_threads, schedule="static"):
+        for i in prange(rows, num_threads=num_threads, schedule="static"):
+            pf = ahead * n if i + ahead < rows else 0
             if floating is float:
-                sa_layer_norm_row_f32(ISA, &x[i, 0], &g[0], &b[0], e, &out[i, 0], n, (ahead * n if i + ahead < rows else 0))
+                sa_layer_norm_row_f32(ISA, &x[i, 0], &g[0], &b[0], e, &out[i, 0], n, pf)
             else:
-                sa_layer_norm_row_f64(ISA, &x[i, 0], &g[0], &b[0], e, &out[i, 0], n, (ahead * n if i + ahead < rows else 0))
+                sa_layer_norm_row_f64(ISA, &x[i, 0], &g[0], &b[0], e, &out[i, 0], n, pf)
 
 
 def add_layer_norm(const floating[:, ::1] x, const floating[:, ::1] r, const floating[::1] g,

@@ -59,7 +59,7 @@ def softmax(kernels, x, out=None):
     x, out = prepare_softmax(x, out)
     if x.size:
         n = x.shape[-1]
-        kernels.softmax(np.ascontiguousarray(x).reshape(-1, n), out.reshape(-1, n), _threads_for(x.size, 16384))
+        kernels.softmax(np.ascontiguousarray(x).reshape(-1, n), out.reshape(-1, n), _threads_for(x.size, ROW_WORK))
     return out
 
 
@@ -93,7 +93,7 @@ def layer_norm(kernels, X, g, b, eps=1e-5, out=None):
     if X.size:
         n = X.shape[-1]
         kernels.layer_norm(np.ascontiguousarray(X, out.dtype).reshape(-1, n), g, b, eps, out.reshape(-1, n),
-                           _threads_for(X.size, 16384))
+                           _threads_for(X.size, ROW_WORK))
     return out
 
 
@@ -159,6 +159,11 @@ def prepare_attention(Q, K, V, mask, out):
     return Q, K, V, mask, lead, check_out(out, lead + (Sq, dv), dtype, [Q, K, V])
 
 
+# Least work a thread must get before a second one is woken (see _threads_for), in elements of a
+# row-wise op, in multiply-adds of attention (B Sq Sk (d_k + d_v)), in elements of the fused ReLU.
+ROW_WORK, ATTENTION_WORK, ELEMENTWISE_WORK = 16384, 4e6, 65536
+
+
 def _threads_for(work, min_per_thread):
     """silkattn's thread count, or fewer when each thread would get too little work to pay for
     waking it: tens of microseconds when idle threads sleep (the default), a quarter of that
@@ -191,7 +196,7 @@ def attention(kernels, Q, K, V, mask=None, causal=False, out=None):
             [Sq * dk, Sk * dk, Sk * dv, 0], np.int64)
         strides = np.array([dk, dk, dv, 0], np.int64)
         kernels.attention(Q.reshape(-1), K.reshape(-1), V.reshape(-1), _NO_MASK_FLAT, out.reshape(-1), offsets,
-                          strides, Sq, Sk, dk, dv, bool(causal), False, _threads_for(B * Sq * Sk * (dk + dv), 4e6))
+                          strides, Sq, Sk, dk, dv, bool(causal), False, _threads_for(B * Sq * Sk * (dk + dv), ATTENTION_WORK))
         return out
     Q, K, V, mask, lead, out = prepare_attention(Q, K, V, mask, out)
     if out.size == 0:
@@ -206,5 +211,5 @@ def attention(kernels, Q, K, V, mask=None, causal=False, out=None):
     strides = np.array([p[2] for p in parts], np.int64)
     B = len(offsets)
     kernels.attention(*(p[0] for p in parts), out.reshape(-1), offsets, strides,
-                      Sq, Sk, dk, dv, bool(causal), masked, _threads_for(B * Sq * Sk * (dk + dv), 4e6))
+                      Sq, Sk, dk, dv, bool(causal), masked, _threads_for(B * Sq * Sk * (dk + dv), ATTENTION_WORK))
     return out

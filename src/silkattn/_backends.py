@@ -28,24 +28,36 @@ def backends():
     return status
 
 
+_imported = {}  # module path -> module: every top-level call looks its backend up (~1 us saved a call)
+
+
 def load(name):
     """The module of backend `name`; ValueError for an unknown name, ImportError if it is missing."""
     if name not in MODULES:
         raise ValueError(f"unknown backend {name!r}: choose one of {', '.join(MODULES)}")
-    try:
-        return importlib.import_module(MODULES[name])
-    except ImportError as e:
-        raise ImportError(f"silkattn backend {name!r} is not available: {e}") from e
+    path = MODULES[name]
+    if path not in _imported:
+        try:
+            _imported[path] = importlib.import_module(path)
+        except ImportError as e:
+            raise ImportError(f"silkattn backend {name!r} is not available: {e}") from e
+    return _imported[path]
+
+
+_default_name = None
 
 
 def _default():
-    for name in MODULES:
-        try:
-            load(name)
-            return name
-        except ImportError:
-            continue
-    raise ImportError("no silkattn backend imports")  # unreachable: numpy always does
+    global _default_name
+    if _default_name is None:
+        for name in MODULES:
+            try:
+                load(name)
+            except ImportError:
+                continue
+            _default_name = name
+            break
+    return _default_name  # numpy always imports
 
 
 def get_backend():

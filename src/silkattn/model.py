@@ -51,7 +51,7 @@ def _bias_relu(H, b):
     fused = getattr(_backends.module(), "bias_relu", None)
     if fused is not None and H.ndim and H.size and H.flags.c_contiguous and b.shape in ((H.shape[-1],), (1,), ()):
         fused(H.reshape(-1, H.shape[-1]), np.ascontiguousarray(np.broadcast_to(b, H.shape[-1:]), H.dtype),
-              _api._threads_for(H.size, 65536))
+              _api._threads_for(H.size, _api.ELEMENTWISE_WORK))
         return H
     np.add(H, b, out=H)
     return np.maximum(H, 0, out=H)
@@ -79,7 +79,7 @@ def _add_layer_norm(X, R, g, b):
     _, g, b, eps, H = _api.prepare_layer_norm(X, g, b, 1e-5, None)
     S = np.empty_like(X)
     n = X.shape[-1]
-    fused(X.reshape(-1, n), R.reshape(-1, n), g, b, eps, S.reshape(-1, n), H.reshape(-1, n), _api._threads_for(X.size, 16384))
+    fused(X.reshape(-1, n), R.reshape(-1, n), g, b, eps, S.reshape(-1, n), H.reshape(-1, n), _api._threads_for(X.size, _api.ROW_WORK))
     return S, H
 
 
