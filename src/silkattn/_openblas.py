@@ -19,6 +19,8 @@ import ctypes
 import os
 import threading
 
+from ._threads import env_default
+
 TIMEOUT = 18  # 2^18 cycles: the worker stays awake about a millisecond after a GEMM
 
 
@@ -35,14 +37,11 @@ def _openblas_libraries():
 def quiet_idle_workers(timeout=TIMEOUT):
     """Apply `timeout` to every loaded OpenBLAS; return the libraries changed (empty when the user
     set the variable, other threads run, or no OpenBLAS with the needed entry points is loaded)."""
-    if "OPENBLAS_THREAD_TIMEOUT" in os.environ or "GOTO_THREAD_TIMEOUT" in os.environ:
-        return []
-    if threading.active_count() > 1:
+    if "GOTO_THREAD_TIMEOUT" in os.environ or threading.active_count() > 1:
         return []
     changed = []
-    os.environ["OPENBLAS_THREAD_TIMEOUT"] = str(timeout)
-    try:
-        for path in _openblas_libraries():
+    with env_default("OPENBLAS_THREAD_TIMEOUT", str(timeout)) as ours:
+        for path in _openblas_libraries() if ours else ():
             try:
                 lib = ctypes.CDLL(path)
                 read_env, shutdown = lib.openblas_read_env, lib.blas_thread_shutdown_
@@ -51,8 +50,6 @@ def quiet_idle_workers(timeout=TIMEOUT):
             read_env()  # stores the timeout; the workers read it when they start
             shutdown()  # joins the idle workers; the next threaded call restarts them
             changed.append(path)
-    finally:
-        del os.environ["OPENBLAS_THREAD_TIMEOUT"]  # not inherited by child processes
     return changed
 
 

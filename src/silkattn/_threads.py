@@ -1,4 +1,5 @@
 """The thread count every compiled kernel runs with (OMP_NUM_THREADS honoured at import)."""
+import contextlib
 import operator
 import os
 
@@ -46,3 +47,18 @@ def set_num_threads(n):
 def get_num_threads():
     """The number of threads silkattn's kernels use."""
     return _num_threads
+
+
+@contextlib.contextmanager
+def env_default(name, value):
+    """os.environ[name] = value for the block, unless the user set it; yields whether it was set.
+    For a runtime that reads its variable once, as it loads or starts threads: the variable is
+    gone again afterwards, so child processes do not inherit silkattn's choice."""
+    ours = name not in os.environ
+    if ours:
+        os.environ[name] = value
+    try:
+        yield ours
+    finally:
+        if ours:
+            os.environ.pop(name, None)

@@ -6,13 +6,7 @@ OpenBLAS GEMMs, whose threads otherwise fight spinning OpenMP threads for the co
 on 2 cores: the seed-sized transformer at S=512 took 500 ms spinning, 190 ms passive). libgomp
 reads the variable once, when it loads; the environment is restored right after.
 """
-import os
+from .._threads import env_default
 
-_ours = "OMP_WAIT_POLICY" not in os.environ
-if _ours:
-    os.environ["OMP_WAIT_POLICY"] = "passive"
-try:
+with env_default("OMP_WAIT_POLICY", "passive"):
     from . import attention, feed_forward, layer_norm, softmax  # noqa: F401  (loads libgomp now)
-finally:
-    if _ours:
-        del os.environ["OMP_WAIT_POLICY"]

@@ -7,29 +7,25 @@ Numba's thread count from silkattn.get_num_threads() and calls the compiled kern
 """
 import functools
 import math
-import os
 import threading
 import types
 
 import numba
 import numpy as np
 
+from .._threads import env_default
+
 
 def _start_threads_waiting_passively():
     """Start Numba's thread pool now, with OMP_WAIT_POLICY=passive unless the user set it: its
     OpenMP threads then sleep between kernels instead of spinning against numpy's OpenBLAS
     threads (see silkattn/_cy/__init__.py for the measurement). libgomp reads it once, at load."""
-    ours = "OMP_WAIT_POLICY" not in os.environ
-    if ours:
-        os.environ["OMP_WAIT_POLICY"] = "passive"
-    try:
-        from numba.np.ufunc import parallel
-        parallel._launch_threads()
-    except (ImportError, AttributeError):  # a Numba without this hook: threads start on first use
-        pass
-    finally:
-        if ours:
-            del os.environ["OMP_WAIT_POLICY"]
+    with env_default("OMP_WAIT_POLICY", "passive"):
+        try:
+            from numba.np.ufunc import parallel
+            parallel._launch_threads()
+        except (ImportError, AttributeError):  # a Numba without this hook: threads start on first use
+            pass
 
 
 _start_threads_waiting_passively()
