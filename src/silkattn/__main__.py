@@ -1,5 +1,6 @@
 """python -m silkattn: run the seed-sized decoder and list the backends; `bench` times the kernels."""
 import argparse
+import re
 import sys
 import time
 
@@ -49,6 +50,10 @@ def bench(args):
         if args.dtype == "float64" and not args.full:  # the quick set is float32: widen it
             cases = _bench.attention_cases(full=True)
         cases = [c for c in cases if c["dtype"] == args.dtype]
+    if args.match:
+        cases = [c for c in cases if re.search(args.match, _bench.case_name(c))]
+        if not cases:
+            raise SystemExit(f"--match {args.match!r} matches no case")
     threads = [int(t) for t in args.threads.split(",")]
 
     def progress(done, total, what):
@@ -68,7 +73,7 @@ def bench(args):
     print(_bench.table(cases, results, contenders, ours))
     print()
     print(_bench.scaling(cases, results, ours))
-    if args.full:
+    if args.full and not args.match:
         mib = _bench.memory(contenders, pythons)
         print(f"\nextra memory of one call, {_bench.case_name(_bench.MEMORY_CASE)} (result included): "
               + ", ".join(f"{name} {v:.1f} MiB" for name, v in mib.items()))
@@ -98,6 +103,7 @@ def main(argv=None):
     b.add_argument("--full", action="store_true", help="all sequence lengths (128 to 4096) and float64")
     b.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
     b.add_argument("--dtype", choices=["float32", "float64"], help="only the cases of this dtype")
+    b.add_argument("--match", help="only the cases whose name (as printed) matches this regular expression")
     b.add_argument("--rounds", type=int, help="alternating rounds per contender (default 2, or 3 with --full)")
     b.add_argument("--torch-python", help="a python with torch installed, if not this one")
     b.add_argument("--json", help="write the results (and the machine) to this JSON file")

@@ -44,7 +44,7 @@ from ._simd import (
 MASKED = -1e9          # the score a masked-out key gets (replaced, as in silkattn.reference)
 TINY_MAX = -1e8        # a row whose final running max is below this is redone exactly (see below)
 BQ = 64                # query rows per tile (a multiple of R); 64 x 64 scores stay in L1:
-BK = 64                # 128 x 128 was 1-10% slower at S >= 512 and 20% at S = 128 causal
+BK = 64                # 128 x 128 spilled out of L1 and was slower in an A/B, most at S = 128
 R = 4                  # rows per register block in both micro-kernels
 
 
@@ -67,7 +67,7 @@ def pack_kv(k, v, koff, voff, ks, vs, Sk, dk, dv, dvp, kp, vp):
         nk = min(BK, Sk - k0)
         kb = w * dk * BK
         j = 0
-        while j + 8 <= nk:  # 8 keys at a time, so each d writes 8 adjacent values (1.4-1.7x faster)
+        while j + 8 <= nk:  # 8 keys at a time, so each d writes 8 adjacent values
             src = koff[u] + (k0 + j) * ks
             for d in range(dk):
                 o = kb + d * BK + j
