@@ -5,6 +5,23 @@
 #define SA_MASKED (-1e9)
 #define SA_LOG2E 1.4426950408889634
 
+/* A key the kernel skips (a causal tile, a fully masked tile) weighs exp(SA_MASKED - m) in the
+ * reference, m being the row's max score: exactly 0 in either dtype once m - SA_MASKED > 745
+ * (float64's exp underflows there, float32's much sooner). Rows whose max is closer to SA_MASKED
+ * than SA_EXACT_MARGIN (a fully masked row, or absurd scores) are recomputed exactly over all keys.
+ * The Numba kernel uses the same margin (silkattn/numba/attention.py). */
+#define SA_EXACT_MARGIN 2000.0
+
+/* The blocking geometry, named once. Register blocks are SA_MR rows x SA_NR columns (SA_NR = two
+ * vectors, so it depends on the instance: see tmpl_attention.h): S^T = K Q^T runs SA_MR keys x
+ * SA_NR queries, O += P V runs SA_MR queries x SA_NR columns of d_v. Tiles are SA_BQ queries x
+ * SA_BK keys by default: the S^T tile (SA_BK x SA_BQ) then stays in L1. SA_COL_PAD: room past a
+ * row for the last register block of any instance (2 vectors of 64 bytes of float). */
+#define SA_MR 6
+#define SA_BQ 96
+#define SA_BK 64
+#define SA_COL_PAD 32
+
 /* One attention call, as the Python bookkeeping laid it out (see silkattn/_api.py). */
 typedef struct {
     const void *q, *k, *v;
@@ -13,7 +30,8 @@ typedef struct {
     const int64_t *offsets;  /* (B, 4): element offset of batch item b in q, k, v, mask */
     int64_t rs[4];           /* element step between rows of q, k, v, mask */
     int64_t Sq, Sk, dk, dv;
-    int64_t bq, bk;          /* tile sizes: bq a multiple of 6 */
+    int64_t q_offset;        /* causal: query i sits at position q_offset + i and sees keys j <= it */
+    int64_t bq, bk;          /* tile sizes: any bq >= 1 is correct (see attention.pyx) */
     int causal, masked;
 } sa_attn_args;
 
@@ -26,10 +44,10 @@ static void *sa_carve(char **cur, int64_t rows, int64_t cols, size_t tsize) {
 
 static size_t sa_attn_scratch_bytes(const sa_attn_args *a, size_t tsize) {
     char *cur = NULL;  /* the same carving as sa_attn_tile, counted from address 0 */
-    int64_t ldq = a->bq + 16;
-    sa_carve(&cur, a->dk, ldq, tsize), sa_carve(&cur, a->bk + 6, ldq, tsize);
-    sa_carve(&cur, 6, a->dk, tsize), sa_carve(&cur, a->bk, a->dv + 16, tsize);
-    sa_carve(&cur, a->bq + 6, a->dv + 16, tsize), sa_carve(&cur, 3, ldq, tsize);
+    int64_t ldq = a->bq + SA_COL_PAD;
+    sa_carve(&cur, a->dk, ldq, tsize), sa_carve(&cur, a->bk + SA_MR, ldq, tsize);
+    sa_carve(&cur, SA_MR, a->dk, tsize), sa_carve(&cur, a->bk, a->dv + SA_COL_PAD, tsize);
+    sa_carve(&cur, a->bq + SA_MR, a->dv + SA_COL_PAD, tsize), sa_carve(&cur, 3, ldq, tsize);
     return (size_t)cur;
 }
 #endif

@@ -15,22 +15,22 @@ cdef extern from "attention.h" nogil:
         void *out
         const int64_t *offsets
         int64_t rs[4]
-        int64_t Sq, Sk, dk, dv, bq, bk
+        int64_t Sq, Sk, dk, dv, q_offset, bq, bk
         int causal, masked
+    int SA_MR, SA_BQ, SA_BK
     size_t sa_attn_scratch_bytes(const sa_attn_args *a, size_t tsize)
     void sa_attn_tile_f32(int isa, const sa_attn_args *a, int64_t b, int64_t q0, void *scratch)
     void sa_attn_tile_f64(int isa, const sa_attn_args *a, int64_t b, int64_t q0, void *scratch)
 
-# Query rows and keys per tile (measured best here: 96 x 64; the S^T tile then stays in L1).
-# bq is best a multiple of 48 (the S^T blocks are 16 queries wide,
-# the P V blocks 6 rows high); any value is correct.
-TILES = {"bq": 96, "bk": 64}
+# The tile geometry (named in attention.h); a tile of few queries is at most MAX_BQ rows.
+TILES = {"bq": SA_BQ, "bk": SA_BK, "mr": SA_MR}
+cdef Py_ssize_t MAX_BQ = 144
 
 
 def attention(const floating[::1] q, const floating[::1] k, const floating[::1] v, const uint8_t[::1] mask,
               floating[::1] out, const int64_t[:, ::1] offsets, const int64_t[::1] strides,
-              Py_ssize_t Sq, Py_ssize_t Sk, Py_ssize_t dk, Py_ssize_t dv, bint causal, bint masked,
-              int num_threads):
+              Py_ssize_t Sq, Py_ssize_t Sk, Py_ssize_t dk, Py_ssize_t dv, bint causal, Py_ssize_t q_offset,
+              bint masked, int num_threads):
     """The kernel contract of silkattn._api; one task per (batch item, query tile)."""
     cdef sa_attn_args a
     cdef int i
@@ -38,18 +38,19 @@ def attention(const floating[::1] q, const floating[::1] k, const floating[::1] 
     a.offsets = &offsets[0, 0]
     for i in range(4):
         a.rs[i] = strides[i]
-    a.Sq, a.Sk, a.dk, a.dv, a.causal, a.masked = Sq, Sk, dk, dv, causal, masked
+    a.Sq, a.Sk, a.dk, a.dv, a.q_offset, a.causal, a.masked = Sq, Sk, dk, dv, q_offset, causal, masked
     # Few tiles: pick their count as a multiple of the threads, so each thread gets the same rows
-    # (at most 144 a tile); many tiles: 96 rows each, dynamic scheduling evens them out.
+    # (at most MAX_BQ a tile); many tiles: SA_BQ rows each, dynamic scheduling evens them out.
+    # Tile heights are rounded to 16 queries (whole register blocks) and to SA_MR.
     # (Positive operands only: cdivision makes // truncate like C.)
     cdef Py_ssize_t B = offsets.shape[0], w, b, t, per_item
-    a.bq, a.bk = TILES["bq"], TILES["bk"]
+    a.bq, a.bk = SA_BQ, SA_BK
     if B * ((Sq + a.bq - 1) // a.bq) < 8 * num_threads:
-        per_item = (Sq + 143) // 144
+        per_item = (Sq + MAX_BQ - 1) // MAX_BQ
         while (B * per_item) % num_threads and per_item < Sq:
             per_item += 1
         a.bq = ((Sq + per_item - 1) // per_item + 15) // 16 * 16
-    a.bq = min(a.bq, (Sq + 5) // 6 * 6)
+    a.bq = min(a.bq, (Sq + SA_MR - 1) // SA_MR * SA_MR)
     cdef Py_ssize_t ntiles = (Sq + a.bq - 1) // a.bq
     cdef size_t nbytes = sa_attn_scratch_bytes(&a, sizeof(floating))
     cdef void *scratch

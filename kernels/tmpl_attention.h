@@ -4,7 +4,7 @@
  * bq rows, pre-scaled by log2(e)/sqrt(d_k) so exp becomes exp2) is packed once as Q^T, keys are
  * read straight from K (no per-tile transpose), and the online softmax over keys is vertical
  * vector work (running max m and sum l per query, no horizontal reductions). Key tiles of bk:
- * S^T = K Q^T from 6-key x (2 vectors of queries) register blocks, then O += P V from 6-query x
+ * S^T = K Q^T from SA_MR-key x (2 vectors of queries) register blocks, then O += P V from SA_MR-query x
  * (2 vectors of d_v) blocks. The Sq x Sk score matrix never exists: scratch is O((bq + d) * bk).
  *
  * Masked scores are replaced by -1e9 (the reference's rule). Tiles that are entirely masked, and
@@ -12,9 +12,10 @@
  * exactly 0 unless the row's final max m is itself near -1e9 (a fully masked row, or absurd
  * scores). Such rare rows are recomputed exactly over all keys by exact_row. */
 #include "tmpl_simd.h"
-#define SA_NR (2 * SA_VL)  /* queries (or d_v columns) per register block */
+#define SA_NR (2 * SA_VL)  /* columns per register block: queries of S^T, or d_v columns of O */
+_Static_assert(SA_MR == 6, "qk_block and pv_block are written out for SA_MR = 6 rows");
 
-/* st[j][0:NR] = sum_p k[j][p] * qt[p][0:NR] for the 6 keys j at k, k + ldk, ... */
+/* st[j][0:NR] = sum_p k[j][p] * qt[p][0:NR] for the SA_MR keys j at k, k + ldk, ... */
 static inline void SA_FN(qk_block)(const SA_T *restrict k, int64_t ldk, int64_t dk, const SA_T *restrict qt,
                                    int64_t ldq, SA_T *restrict st, int64_t lds) {
     VEC c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0};
@@ -37,7 +38,7 @@ static inline void SA_FN(qk_block)(const SA_T *restrict k, int64_t ldk, int64_t 
     STORE(st + 5 * lds, c50); STORE(st + 5 * lds + SA_VL, c51);
 }
 
-/* acc[r][0:NR] += sum_{j < nk} pt[j][r] * v[j][0:NR] for the 6 queries r */
+/* acc[r][0:NR] += sum_{j < nk} pt[j][r] * v[j][0:NR] for the SA_MR queries r */
 static inline void SA_FN(pv_block)(const SA_T *restrict pt, int64_t ldp, int64_t nk, const SA_T *restrict v,
                                    int64_t ldv, SA_T *restrict acc, int64_t lda) {
     VEC c00 = LOAD(acc), c01 = LOAD(acc + SA_VL);
@@ -66,7 +67,7 @@ static inline void SA_FN(pv_block)(const SA_T *restrict pt, int64_t ldp, int64_t
 }
 
 /* One query row straight from the definition, in the natural (not log2) domain: the rare rows
- * whose max is near the masked score, where skipped keys do count (e.g. a fully masked row). */
+ * whose max is within SA_EXACT_MARGIN of the masked score (see attention.h). */
 static void SA_FN(exact_row)(const sa_attn_args *a, int64_t b, int64_t i, SA_T *restrict out) {
     const SA_T *q = (const SA_T *)a->q + a->offsets[4 * b] + i * a->rs[0];
     const SA_T *k = (const SA_T *)a->k + a->offsets[4 * b + 1];
@@ -77,7 +78,7 @@ static void SA_FN(exact_row)(const sa_attn_args *a, int64_t b, int64_t i, SA_T *
     for (int pass = 0; pass < 2; pass++) {
         for (int64_t j = 0; j < a->Sk; j++) {
             SA_T s = (SA_T)SA_MASKED;
-            if (!(a->causal && j > i) && !(mrow && !mrow[j])) {
+            if (!(a->causal && j > i + a->q_offset) && !(mrow && !mrow[j])) {
                 s = 0;
                 for (int64_t t = 0; t < a->dk; t++) s += q[t] * k[j * a->rs[1] + t];
                 s /= scale;
@@ -99,32 +100,34 @@ static void SA_FN(sa_attn_tile)(const sa_attn_args *a, int64_t b, int64_t q0, vo
     const int64_t dk = a->dk, dv = a->dv, bk = a->bk, rs_k = a->rs[1], rs_v = a->rs[2], rs_m = a->rs[3];
     const int64_t nq = a->bq < a->Sq - q0 ? a->bq : a->Sq - q0;
     const int64_t nqv = (nq + SA_NR - 1) / SA_NR * SA_NR;  /* query columns of S^T computed */
-    const int64_t nqr = (nq + 5) / 6 * 6;                  /* query rows of the P V blocks */
-    const int64_t ldq = a->bq + 16, dvp = (dv + SA_NR - 1) / SA_NR * SA_NR;
+    const int64_t nqr = (nq + SA_MR - 1) / SA_MR * SA_MR;  /* query rows of the P V blocks */
+    const int64_t ldq = a->bq + SA_COL_PAD, dvp = (dv + SA_NR - 1) / SA_NR * SA_NR;
+    const int64_t off = a->q_offset;                       /* query r of the tile sits at q0 + off + r */
     const SA_T *q = (const SA_T *)a->q + a->offsets[4 * b] + q0 * a->rs[0];
     const SA_T *k = (const SA_T *)a->k + a->offsets[4 * b + 1];
     const SA_T *v = (const SA_T *)a->v + a->offsets[4 * b + 2];
     const uint8_t *mk = a->masked ? a->mask + a->offsets[4 * b + 3] + q0 * rs_m : NULL;
     SA_T *out = (SA_T *)a->out + (b * a->Sq + q0) * dv;
     char *cur = (char *)scratch;
-    SA_T *qt = sa_carve(&cur, dk, ldq, sizeof(SA_T)), *st = sa_carve(&cur, bk + 6, ldq, sizeof(SA_T));
-    SA_T *kpad = sa_carve(&cur, 6, dk, sizeof(SA_T)), *vp = sa_carve(&cur, bk, dv + 16, sizeof(SA_T));
-    SA_T *acc = sa_carve(&cur, a->bq + 6, dv + 16, sizeof(SA_T));
+    SA_T *qt = sa_carve(&cur, dk, ldq, sizeof(SA_T)), *st = sa_carve(&cur, bk + SA_MR, ldq, sizeof(SA_T));
+    SA_T *kpad = sa_carve(&cur, SA_MR, dk, sizeof(SA_T)), *vp = sa_carve(&cur, bk, dv + SA_COL_PAD, sizeof(SA_T));
+    SA_T *acc = sa_carve(&cur, a->bq + SA_MR, dv + SA_COL_PAD, sizeof(SA_T));
     SA_T *m = sa_carve(&cur, 3, ldq, sizeof(SA_T)), *l = m + ldq, *alpha = l + ldq;
     const SA_T masked_l2 = (SA_T)(SA_MASKED * SA_LOG2E);  /* the masked score in log2 units */
+    const SA_T exact_below = (SA_T)((SA_MASKED + SA_EXACT_MARGIN) * SA_LOG2E);
 
     const SA_T qscale = (SA_T)(SA_LOG2E / sqrt((double)dk));
     for (int64_t p = 0; p < dk; p++)
         for (int64_t r = 0; r < nqv; r++) qt[p * ldq + r] = r < nq ? q[r * a->rs[0] + p] * qscale : 0;
     for (int64_t r = 0; r < ldq; r++) { m[r] = -INFINITY; l[r] = 0; }
     memset(acc, 0, sizeof(SA_T) * nqr * dvp);
-    memset(st, 0, sizeof(SA_T) * (bk + 6) * ldq);  /* padded queries stay finite */
+    memset(st, 0, sizeof(SA_T) * (bk + SA_MR) * ldq);  /* padded queries stay finite */
 
     /* causal: keys past the last row's diagonal are masked for every row of the tile */
-    const int64_t kend = a->causal && q0 + nq < a->Sk ? q0 + nq : a->Sk;
+    const int64_t kend = a->causal && q0 + off + nq < a->Sk ? q0 + off + nq : a->Sk;
     for (int64_t k0 = 0; k0 < kend; k0 += bk) {
         const int64_t nk = bk < kend - k0 ? bk : kend - k0;
-        int partial = a->causal && k0 + nk - 1 > q0;
+        int partial = a->causal && k0 + nk - 1 > q0 + off;
         if (mk) {  /* is every (query, key) pair of the tile masked, or none? (mask bytes are 0/1) */
             uint8_t any = 0, all = 1;
             for (int64_t r = 0; r < (rs_m ? nq : 1); r++) {
@@ -136,21 +139,21 @@ static void SA_FN(sa_attn_tile)(const sa_attn_args *a, int64_t b, int64_t q0, vo
             if (!any) continue;
             partial |= !all;
         }
-        const int64_t nk6 = nk / 6 * 6;
+        const int64_t nk6 = nk / SA_MR * SA_MR;
         if (nk6 < nk) {  /* the last keys, zero-padded to a whole register block */
-            memset(kpad, 0, sizeof(SA_T) * 6 * dk);
+            memset(kpad, 0, sizeof(SA_T) * SA_MR * dk);
             for (int64_t j = nk6; j < nk; j++) memcpy(kpad + (j - nk6) * dk, k + (k0 + j) * rs_k, sizeof(SA_T) * dk);
         }
         for (int64_t c0 = 0; c0 < nqv; c0 += SA_NR) {
-            for (int64_t j0 = 0; j0 < nk6; j0 += 6)
+            for (int64_t j0 = 0; j0 < nk6; j0 += SA_MR)
                 SA_FN(qk_block)(k + (k0 + j0) * rs_k, rs_k, dk, qt + c0, ldq, st + j0 * ldq + c0, ldq);
             if (nk6 < nk) SA_FN(qk_block)(kpad, dk, dk, qt + c0, ldq, st + nk6 * ldq + c0, ldq);
         }
         if (partial) {
             for (int64_t j = 0; j < nk; j++) {
                 SA_T *row = st + j * ldq;  /* key k0 + j against every query of the tile */
-                if (a->causal) {  /* queries r < k0 + j - q0 are before the key: a run, not a test */
-                    const int64_t cut = k0 + j - q0 < nq ? k0 + j - q0 : nq;
+                if (a->causal) {  /* queries r < k0 + j - q0 - off are before the key: a run, not a test */
+                    const int64_t cut = k0 + j - q0 - off < nq ? k0 + j - q0 - off : nq;
                     for (int64_t r = 0; r < cut; r++) row[r] = masked_l2;
                 }
                 if (mk && !rs_m) {  /* one mask row for all queries (key padding) */
@@ -188,12 +191,12 @@ static void SA_FN(sa_attn_tile)(const sa_attn_args *a, int64_t b, int64_t q0, vo
             vs = vp, ldv = dvp;
         }
         for (int64_t c = 0; c < dvp; c += SA_NR)
-            for (int64_t r0 = 0; r0 < nqr; r0 += 6)
+            for (int64_t r0 = 0; r0 < nqr; r0 += SA_MR)
                 SA_FN(pv_block)(st + r0, ldq, nk, vs + c, ldv, acc + r0 * dvp + c, dvp);
     }
 
     for (int64_t r = 0; r < nq; r++) {
-        if (m[r] < masked_l2 + 2000) {  /* the skipped keys may weigh something: be exact */
+        if (m[r] < exact_below) {  /* the skipped keys may weigh something: be exact */
             SA_FN(exact_row)(a, b, q0 + r, out + r * dv);
             continue;
         }

@@ -1,17 +1,25 @@
 """silkattn: fast, tested CPU transformer kernels behind the NumPy reference's API.
 
-The top-level functions are the reference's (silkattn.reference) running on the fastest installed
-backend; choose one with set_backend(name), `with use_backend(name):` or SILKATTN_BACKEND.
+Layout (data flows one way: models -> ops -> _api -> kernels):
+  reference        the NumPy oracle: the seed listing's functions, which define the semantics
+  ops              the kernels API (softmax, layer_norm, attention, fused ops) on the current backend
+  models           whole models composed from ops (models.decoder: the listing's transformer)
+  cython, numba    the compiled backends, each a Kernels record (silkattn._backends)
+
+The top-level functions are the listing's names on the current backend; choose one with
+set_backend(name), `with use_backend(name):` or SILKATTN_BACKEND.
 """
 from . import _openblas  # noqa: F401  (numpy's idle BLAS threads sleep: see the module)
-from . import reference
+from . import models, ops, reference
 from ._backends import backends, get_backend, set_backend, use_backend
 from ._patch import patch, patched, unpatch
 from ._threads import get_num_threads, set_num_threads
-from .model import (attention, block, causal_mask, feed_forward, init_params, layer_norm, multi_head,
-                    positional_encoding, softmax, transformer)
+from .models import DecoderConfig, block, feed_forward, multi_head, transformer
+from .ops import add_layer_norm, attention, bias_relu, layer_norm, softmax
+from .reference import causal_mask, init_params, positional_encoding
 
 __version__ = "0.1.0"
-__all__ = ["reference", "backends", "get_backend", "set_backend", "use_backend", "patch", "patched", "unpatch",
-           "get_num_threads", "set_num_threads", "softmax", "attention", "multi_head", "layer_norm",
-           "feed_forward", "block", "transformer", "positional_encoding", "causal_mask", "init_params"]
+__all__ = ["reference", "ops", "models", "backends", "get_backend", "set_backend", "use_backend", "patch",
+           "patched", "unpatch", "get_num_threads", "set_num_threads", "softmax", "attention", "layer_norm",
+           "bias_relu", "add_layer_norm", "multi_head", "feed_forward", "block", "transformer",
+           "DecoderConfig", "positional_encoding", "causal_mask", "init_params"]

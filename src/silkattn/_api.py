@@ -1,22 +1,35 @@
-"""Bookkeeping shared by the compiled backends: argument checks, dtypes, out allocation.
+"""Every op's bookkeeping, shared by all backends: argument checks, dtypes, the attention operands'
+layout, out allocation, thread counts, and the NumPy fallback that runs when a backend's Kernels
+record (silkattn._backends) has no kernel for the op.
 
-Each public function takes a backend's kernel module and does everything but the arithmetic,
-so kernels only ever see float32/float64 buffers with unit-stride rows, explicit offsets and
-strides, and a result array they may write. The kernel contract (same for every backend):
+Each op takes the record first, then the public arguments (silkattn.ops documents them), so kernels
+only ever see float32/float64 buffers with unit-stride rows, explicit offsets and strides, and a
+result array they may write. The kernel contract (the same for every backend):
 
-    softmax(x, out, num_threads)                       x, out: (rows, n) C-contiguous
-    layer_norm(x, g, b, eps, out, num_threads)         x, out: (rows, n); g, b: (n,)
-    attention(q, k, v, mask, out, offsets, strides, Sq, Sk, d_k, d_v, causal, masked, num_threads)
+    softmax(x, out, num_threads)                         x, out: (rows, n) C-contiguous
+    layer_norm(x, g, b, eps, out, num_threads)           x, out: (rows, n); g, b: (n,)
+    attention(q, k, v, mask, out, offsets, strides, Sq, Sk, d_k, d_v, causal, q_offset, masked,
+              num_threads)
         q, k, v: 1-D views over each operand's memory (one dtype); out: 1-D (B * Sq * d_v) C order;
         mask: 1-D uint8 (0 = masked; ignored unless masked); offsets: int64 (B, 4), the element
         offset of batch item b's first row in q, k, v, mask; strides: int64 (4,), the element step
-        between rows of q, k, v and mask (0: one mask row broadcast over the queries).
+        between rows of q, k, v and mask (0: one mask row broadcast over the queries); causal:
+        query i sits at position q_offset + i and sees keys j <= q_offset + i.
+    bias_relu(h, b, num_threads)                         h: (rows, n) C-contiguous, in place; b: (n,)
+    add_layer_norm(x, r, g, b, eps, s, out, num_threads) s = x + r, out = layer_norm(s); all (rows, n)
+
+Attention kernels skip keys (causal tiles, fully masked tiles) that the reference weighs
+exp(-1e9 - max): exactly 0 unless the row's max is near -1e9, and such rows are recomputed exactly
+(the margin is named once per backend: kernels/attention.h, silkattn/numba/attention.py).
 """
 import math
+import operator
+from typing import NamedTuple
 
 import numpy as np
 
-from ._threads import SPINNING, get_num_threads
+from . import reference as ref
+from ._threads import ATTENTION_WORK, ELEMENTWISE_WORK, ROW_WORK, threads_for
 
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -29,8 +42,9 @@ def as_float_array(x, name):
     return x
 
 
-def check_out(out, shape, dtype, inputs):
-    """A fresh C-contiguous result array, or the caller's `out` once it is shown to fit."""
+def check_out(out, shape, dtype, inputs, same_as=None):
+    """A fresh C-contiguous result array, or the caller's `out` once it is shown to fit. `out` must
+    not overlap an input, except that it may be exactly `same_as` (an elementwise op in place)."""
     if out is None:
         return np.empty(shape, dtype)
     if not isinstance(out, np.ndarray):
@@ -40,26 +54,9 @@ def check_out(out, shape, dtype, inputs):
                          f"got {out.shape} and {out.dtype}")
     if not out.flags.c_contiguous or not out.flags.writeable:
         raise ValueError("out must be a writeable C-contiguous array")
-    if any(np.may_share_memory(out, x) for x in inputs):
+    inplace = same_as is not None and out.ctypes.data == same_as.ctypes.data and out.strides == same_as.strides
+    if any(np.may_share_memory(out, x) for x in inputs if not (inplace and x is same_as)):
         raise ValueError("out must not overlap an input array")
-    return out
-
-
-def prepare_softmax(x, out):
-    """Checked (x, out) for softmax, the same for every backend."""
-    x = as_float_array(x, "x")
-    if x.ndim == 0:
-        raise ValueError("x must have at least one dimension (softmax runs over the last axis)")
-    if x.shape[-1] == 0:  # as the reference: a max over no values has no answer
-        raise ValueError("x has a zero-length last axis: softmax over no values is undefined")
-    return x, check_out(out, x.shape, x.dtype, [x])
-
-
-def softmax(kernels, x, out=None):
-    x, out = prepare_softmax(x, out)
-    if x.size:
-        n = x.shape[-1]
-        kernels.softmax(np.ascontiguousarray(x).reshape(-1, n), out.reshape(-1, n), _threads_for(x.size, ROW_WORK))
     return out
 
 
@@ -72,8 +69,38 @@ def _along_last_axis(a, n, dtype, name):
                                 dtype=dtype)
 
 
-def prepare_layer_norm(X, g, b, eps, out):
-    """Checked (X, g, b as (n,) vectors of the result dtype, eps, out), the same for every backend."""
+def _rows(a):
+    """A (rows, n) C-contiguous view (or copy) of a's last axis."""
+    return np.ascontiguousarray(a).reshape(-1, a.shape[-1])
+
+
+# ---------------------------------------------------------------- softmax
+
+def prepare_softmax(x, out):
+    """Checked (x, out) for softmax."""
+    x = as_float_array(x, "x")
+    if x.ndim == 0:
+        raise ValueError("x must have at least one dimension (softmax runs over the last axis)")
+    if x.shape[-1] == 0:  # as the reference: a max over no values has no answer
+        raise ValueError("x has a zero-length last axis: softmax over no values is undefined")
+    return x, check_out(out, x.shape, x.dtype, [x])
+
+
+def softmax(kernels, x, *, out=None):
+    x, out = prepare_softmax(x, out)
+    if not x.size:
+        return out
+    if kernels.softmax is None:
+        np.copyto(out, ref.softmax(x))
+    else:
+        kernels.softmax(_rows(x), out.reshape(-1, x.shape[-1]), threads_for(x.size, ROW_WORK))
+    return out
+
+
+# ---------------------------------------------------------------- layer_norm
+
+def prepare_layer_norm(X, g, b, eps, out, dtype=None):
+    """Checked (X, g, b as (n,) vectors of the result dtype, eps, out)."""
     X = as_float_array(X, "X")
     if X.ndim == 0:
         raise ValueError("X must have at least one dimension (layer_norm runs over the last axis)")
@@ -83,48 +110,61 @@ def prepare_layer_norm(X, g, b, eps, out):
     eps = float(eps)
     if not eps >= 0:
         raise ValueError(f"eps must be >= 0, got {eps}")
-    dtype = np.result_type(X, as_float_array(g, "g"), as_float_array(b, "b"))
+    dtype = np.result_type(X if dtype is None else dtype, as_float_array(g, "g"), as_float_array(b, "b"))
     g, b = _along_last_axis(g, n, dtype, "g"), _along_last_axis(b, n, dtype, "b")
     return X, g, b, eps, check_out(out, X.shape, dtype, [X])
 
 
-def layer_norm(kernels, X, g, b, eps=1e-5, out=None):
+def layer_norm(kernels, X, g, b, eps=1e-5, *, out=None):
     X, g, b, eps, out = prepare_layer_norm(X, g, b, eps, out)
-    if X.size:
-        n = X.shape[-1]
-        kernels.layer_norm(np.ascontiguousarray(X, out.dtype).reshape(-1, n), g, b, eps, out.reshape(-1, n),
-                           _threads_for(X.size, ROW_WORK))
+    if not X.size:
+        return out
+    if kernels.layer_norm is None:
+        np.copyto(out, ref.layer_norm(X, g, b, eps))
+    else:
+        kernels.layer_norm(_rows(X.astype(out.dtype, copy=False)), g, b, eps, out.reshape(-1, X.shape[-1]),
+                           threads_for(X.size, ROW_WORK))
     return out
 
 
-_NO_MASK = np.ones((1, 1), np.uint8)
+def add_layer_norm(kernels, X, R, g, b, eps=1e-5):
+    X, R = as_float_array(X, "X"), as_float_array(R, "R")
+    if X.shape != R.shape:
+        raise ValueError(f"R must have the shape of X {X.shape}, got {R.shape}")
+    sdtype = np.result_type(X, R)
+    X, g, b, eps, out = prepare_layer_norm(X, g, b, eps, None, dtype=sdtype)
+    if kernels.add_layer_norm is None or out.dtype != sdtype or not X.size:
+        S = np.add(X, R, dtype=sdtype)
+        return S, layer_norm(kernels, S, g, b, eps)
+    S = np.empty(X.shape, sdtype)
+    n = X.shape[-1]
+    kernels.add_layer_norm(_rows(X.astype(sdtype, copy=False)), _rows(R.astype(sdtype, copy=False)), g, b, eps,
+                           S.reshape(-1, n), out.reshape(-1, n), threads_for(X.size, ROW_WORK))
+    return S, out
 
 
-def _flat_rows(a, lead):
-    """(1-D view over a's memory, int64 offsets of each batch item in `lead`, row stride).
+# ---------------------------------------------------------------- bias_relu
 
-    Keeps strided views (e.g. one head's columns of a projection) without a copy when the last
-    axis has unit stride and no stride is negative; copies otherwise. Contiguous arrays take a
-    fast path: this runs on every call, and small calls are dominated by it.
-    """
-    item = a.itemsize
-    if a.flags.c_contiguous and a.shape[:-2] == lead:  # the common case, ~1 us
-        S, d = a.shape[-2:]
-        return a.reshape(-1), np.arange(math.prod(lead), dtype=np.int64) * (S * d), d if S > 1 else 0
-    if a.ndim and (a.strides[-1] != item and a.shape[-1] > 1 or any(s < 0 or s % item for s in a.strides)):
-        a = np.ascontiguousarray(a)
-    steps = [0 if n == 1 else s // item for n, s in zip(a.shape, a.strides)]
-    span = 1 + sum((n - 1) * s for n, s in zip(a.shape, steps))
-    flat = a.reshape(-1) if a.flags.c_contiguous else np.lib.stride_tricks.as_strided(a, (span,), (item,), writeable=False)
-    lead_steps = [0] * (len(lead) - (a.ndim - 2)) + steps[:-2]
-    offsets = np.zeros(lead, np.int64)
-    for axis, (n, s) in enumerate(zip(lead, lead_steps)):
-        offsets = offsets + (np.arange(n, dtype=np.int64) * s).reshape((n,) + (1,) * (len(lead) - axis - 1))
-    return flat, np.broadcast_to(offsets, lead).reshape(-1), steps[-2]
+def bias_relu(kernels, x, b, *, out=None):
+    x = as_float_array(x, "x")
+    if x.ndim == 0:
+        raise ValueError("x must have at least one dimension (b is added along the last axis)")
+    dtype = np.result_type(x, as_float_array(b, "b"))
+    b = _along_last_axis(b, x.shape[-1], dtype, "b")
+    out = check_out(out, x.shape, dtype, [x, b], same_as=x)
+    if kernels.bias_relu is None or not x.size:
+        np.add(x, b, out=out)
+        return np.maximum(out, 0, out=out)  # NaN stays NaN
+    if out is not x:
+        np.copyto(out, x)
+    kernels.bias_relu(out.reshape(-1, x.shape[-1]), b, threads_for(x.size, ELEMENTWISE_WORK))
+    return out
 
+
+# ---------------------------------------------------------------- attention
 
 def prepare_attention(Q, K, V, mask, out):
-    """Checked (Q, K, V in one dtype, mask as bool or None, lead dims, out), the same for every backend."""
+    """Checked (Q, K, V in one dtype, mask as bool or None, lead dims, out)."""
     Q, K, V = as_float_array(Q, "Q"), as_float_array(K, "K"), as_float_array(V, "V")
     for name, a in (("Q", Q), ("K", K), ("V", V)):
         if a.ndim < 2:
@@ -139,8 +179,7 @@ def prepare_attention(Q, K, V, mask, out):
     except ValueError:
         raise ValueError(f"the leading (batch) dims of Q {Q.shape}, K {K.shape} and V {V.shape} "
                          "do not broadcast") from None
-    masked = mask is not None
-    if masked:
+    if mask is not None:
         m = np.asarray(mask)
         if m.dtype.kind not in "biuf":
             raise TypeError(f"mask must be boolean (or 0/1 numbers), got dtype {m.dtype}")
@@ -159,57 +198,109 @@ def prepare_attention(Q, K, V, mask, out):
     return Q, K, V, mask, lead, check_out(out, lead + (Sq, dv), dtype, [Q, K, V])
 
 
-# Least work a thread must get before a second one is woken (see _threads_for), in elements of a
-# row-wise op, in multiply-adds of attention (B Sq Sk (d_k + d_v)), in elements of the fused ReLU.
-ROW_WORK, ATTENTION_WORK, ELEMENTWISE_WORK = 16384, 4e6, 65536
+def check_q_offset(q_offset, causal):
+    """q_offset as a non-negative int; it places the queries for the causal rule, so it needs causal."""
+    try:
+        q_offset = operator.index(q_offset)
+    except TypeError:
+        raise TypeError(f"q_offset must be an int, got {type(q_offset).__name__}") from None
+    if q_offset < 0:
+        raise ValueError(f"q_offset must be >= 0 (the position of the first query), got {q_offset}")
+    if q_offset and not causal:
+        raise ValueError("q_offset places the queries for the causal rule: pass causal=True with it")
+    return q_offset
 
 
-def _threads_for(work, min_per_thread):
-    """silkattn's thread count, or fewer when each thread would get too little work to pay for
-    waking it: tens of microseconds when idle threads sleep (the default), a quarter of that
-    work when the user made them spin (see silkattn._threads.SPINNING)."""
-    if SPINNING:
-        min_per_thread /= 4
-    return max(1, min(get_num_threads(), int(work // min_per_thread)))
+class Operands(NamedTuple):
+    """One attention call laid out for a kernel (see the contract above); out is the result array."""
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    mask: np.ndarray
+    out: np.ndarray
+    offsets: np.ndarray
+    strides: np.ndarray
+    Sq: int
+    Sk: int
+    dk: int
+    dv: int
+    masked: bool
 
 
-_NO_MASK_FLAT = _NO_MASK.reshape(-1)
+_NO_MASK = np.ones(1, np.uint8)
 _ZERO_OFFSETS = np.zeros((1, 4), np.int64)
+
+
+def _flat_rows(a, lead):
+    """(1-D view over a's memory, int64 offsets of each batch item in `lead`, row stride).
+
+    Keeps strided views (e.g. one head's columns of a projection) without a copy when the last
+    axis has unit stride and no stride is negative; copies otherwise.
+    """
+    item = a.itemsize
+    if a.flags.c_contiguous and a.shape[:-2] == lead:
+        S, d = a.shape[-2:]
+        return a.reshape(-1), np.arange(math.prod(lead), dtype=np.int64) * (S * d), d if S > 1 else 0
+    if a.ndim and (a.strides[-1] != item and a.shape[-1] > 1 or any(s < 0 or s % item for s in a.strides)):
+        a = np.ascontiguousarray(a)
+    steps = [0 if n == 1 else s // item for n, s in zip(a.shape, a.strides)]
+    span = 1 + sum((n - 1) * s for n, s in zip(a.shape, steps))
+    flat = a.reshape(-1) if a.flags.c_contiguous else np.lib.stride_tricks.as_strided(a, (span,), (item,), writeable=False)
+    lead_steps = [0] * (len(lead) - (a.ndim - 2)) + steps[:-2]
+    offsets = np.zeros(lead, np.int64)
+    for axis, (n, s) in enumerate(zip(lead, lead_steps)):
+        offsets = offsets + (np.arange(n, dtype=np.int64) * s).reshape((n,) + (1,) * (len(lead) - axis - 1))
+    return flat, np.broadcast_to(offsets, lead).reshape(-1), steps[-2]
 
 
 def _plain(Q, K, V):
     """True for the everyday call: same-dtype C-contiguous float arrays, equal lead dims, no empty
-    axis. Such a call is checked by these few comparisons instead of the general path (~40 us
-    saved, which matters below S = 256)."""
+    axis. Such a call is checked by these few comparisons instead of the general path, whose
+    bookkeeping would dominate a small call."""
     return (type(Q) is type(K) is type(V) is np.ndarray and Q.dtype == K.dtype == V.dtype and Q.dtype in FLOATS
             and Q.ndim == K.ndim == V.ndim >= 2 and Q.shape[:-2] == K.shape[:-2] == V.shape[:-2]
             and Q.shape[-1] == K.shape[-1] and K.shape[-2] == V.shape[-2] and Q.size and K.size and V.size
             and Q.flags.c_contiguous and K.flags.c_contiguous and V.flags.c_contiguous)
 
 
-def attention(kernels, Q, K, V, mask=None, causal=False, out=None):
+def attention_operands(Q, K, V, mask=None, out=None):
+    """The kernel's view of one attention call, after the checks: the one place operands are laid out."""
     if mask is None and out is None and _plain(Q, K, V):
         lead, (Sq, dk), (Sk, dv) = Q.shape[:-2], Q.shape[-2:], V.shape[-2:]
         out = np.empty(lead + (Sq, dv), Q.dtype)
         B = out.size // (Sq * dv)
         offsets = _ZERO_OFFSETS if B == 1 else np.arange(B, dtype=np.int64)[:, None] * np.array(
             [Sq * dk, Sk * dk, Sk * dv, 0], np.int64)
-        strides = np.array([dk, dk, dv, 0], np.int64)
-        kernels.attention(Q.reshape(-1), K.reshape(-1), V.reshape(-1), _NO_MASK_FLAT, out.reshape(-1), offsets,
-                          strides, Sq, Sk, dk, dv, bool(causal), False, _threads_for(B * Sq * Sk * (dk + dv), ATTENTION_WORK))
-        return out
+        return Operands(Q.reshape(-1), K.reshape(-1), V.reshape(-1), _NO_MASK, out, offsets,
+                        np.array([dk, dk, dv, 0], np.int64), Sq, Sk, dk, dv, False)
     Q, K, V, mask, lead, out = prepare_attention(Q, K, V, mask, out)
-    if out.size == 0:
-        return out
     (Sq, dk), (Sk, dv), masked = Q.shape[-2:], V.shape[-2:], mask is not None
+    parts = [_flat_rows(a, lead) for a in (Q, K, V)]
     if masked:
         m = mask.reshape((1,) * (2 - mask.ndim) + mask.shape) if mask.ndim < 2 else mask
         m = np.broadcast_to(m, m.shape[:-1] + (Sk,)).view(np.uint8)  # the kernels read keys one by one
-    parts = [_flat_rows(a, lead) for a in (Q, K, V)]
-    parts.append(_flat_rows(m, lead) if masked else (_NO_MASK_FLAT, np.zeros(len(parts[0][1]), np.int64), 0))
+        parts.append(_flat_rows(m, lead))
+    else:
+        parts.append((_NO_MASK, np.zeros(len(parts[0][1]), np.int64), 0))
     offsets = np.ascontiguousarray(np.stack([p[1] for p in parts], axis=1))
     strides = np.array([p[2] for p in parts], np.int64)
-    B = len(offsets)
-    kernels.attention(*(p[0] for p in parts), out.reshape(-1), offsets, strides,
-                      Sq, Sk, dk, dv, bool(causal), masked, _threads_for(B * Sq * Sk * (dk + dv), ATTENTION_WORK))
-    return out
+    return Operands(*(p[0] for p in parts), out, offsets, strides, Sq, Sk, dk, dv, masked)
+
+
+def attention(kernels, Q, K, V, mask=None, *, causal=False, q_offset=0, out=None):
+    causal = bool(causal)
+    q_offset = check_q_offset(q_offset, causal)
+    if kernels.attention is None:
+        Q, K, V, mask, _, out = prepare_attention(Q, K, V, mask, out)
+        if causal:
+            tri = ref.causal_mask(Q.shape[-2], K.shape[-2], q_offset)
+            mask = tri if mask is None else np.logical_and(mask, tri)
+        if out.size:
+            np.copyto(out, ref.attention(Q, K, V, mask))
+        return out
+    a = attention_operands(Q, K, V, mask, out)
+    if a.out.size:
+        B = len(a.offsets)
+        kernels.attention(a.q, a.k, a.v, a.mask, a.out.reshape(-1), a.offsets, a.strides, a.Sq, a.Sk, a.dk, a.dv,
+                          causal, q_offset, a.masked, threads_for(B * a.Sq * a.Sk * (a.dk + a.dv), ATTENTION_WORK))
+    return a.out

@@ -1,47 +1,67 @@
-"""The backend registry: a dict from name to the module that implements the kernels.
+"""The backend registry: a dict from name to the module that exports the backend's Kernels record.
 
-Every module offers softmax(x, *, out=None), attention(Q, K, V, mask=None, *, causal=False,
-out=None) and layer_norm(X, g, b, eps=1e-5, *, out=None) with the reference's results.
+A record lists a backend's kernels in the contract silkattn._api documents. A field set to None
+means the backend has no kernel for that op: the op then runs its NumPy fallback (silkattn._api).
+The "numpy" backend is a record with no kernels at all, i.e. the reference behind the same checks.
 """
 import contextlib
 import contextvars
+import dataclasses
 import importlib
 import os
+from typing import Callable, Optional
+
+Kernel = Optional[Callable]
+
+
+@dataclasses.dataclass(frozen=True)
+class Kernels:
+    """One backend's kernels. The first three must be stated (None where the backend leaves the op
+    to NumPy); the fused ones are optional."""
+
+    name: str
+    softmax: Kernel
+    layer_norm: Kernel
+    attention: Kernel
+    bias_relu: Kernel = None        # h = max(h + b, 0) in place (the feed-forward's elementwise step)
+    add_layer_norm: Kernel = None   # s = x + r and layer_norm(s) in one pass (residual + next norm)
+    isa: str = "numpy"              # the instruction set the kernels run with
+    openmp: bool = True             # False: built without OpenMP, single-threaded
+
 
 # name -> module path, fastest first: the default is the first that imports.
 MODULES = {"cython": "silkattn.cython", "numba": "silkattn.numba", "numpy": "silkattn._numpy"}
 
 _global = os.environ.get("SILKATTN_BACKEND") or None  # named explicitly: must exist when first used
 _scoped = contextvars.ContextVar("silkattn_backend", default=None)  # use_backend(), per thread/task
+_loaded = {}  # module path -> Kernels: every top-level call looks its backend up
+
+
+def load(name):
+    """The Kernels record of backend `name`; ValueError for an unknown name, ImportError if missing."""
+    if name not in MODULES:
+        raise ValueError(f"unknown backend {name!r}: choose one of {', '.join(MODULES)}")
+    path = MODULES[name]
+    record = _loaded.get(path)
+    if record is None:
+        try:
+            record = _loaded[path] = importlib.import_module(path).KERNELS
+        except ImportError as e:
+            raise ImportError(f"silkattn backend {name!r} is not available: {e}") from e
+    return record
 
 
 def backends():
     """{name: "available" or the reason it is not} for every backend silkattn knows."""
     status = {}
-    for name, path in MODULES.items():
+    for name in MODULES:
         try:
-            module = importlib.import_module(path)
+            record = load(name)
         except ImportError as e:
-            status[name] = f"unavailable: {e}"
+            status[name] = f"unavailable: {e.__cause__ or e}"
             continue
-        status[name] = "available" + ("" if getattr(module, "OPENMP", True) else " (built without OpenMP: single-threaded)")
+        status[name] = "available" + ("" if record.openmp else " (built without OpenMP: single-threaded)")
     return status
-
-
-_imported = {}  # module path -> module: every top-level call looks its backend up (~1 us saved a call)
-
-
-def load(name):
-    """The module of backend `name`; ValueError for an unknown name, ImportError if it is missing."""
-    if name not in MODULES:
-        raise ValueError(f"unknown backend {name!r}: choose one of {', '.join(MODULES)}")
-    path = MODULES[name]
-    if path not in _imported:
-        try:
-            _imported[path] = importlib.import_module(path)
-        except ImportError as e:
-            raise ImportError(f"silkattn backend {name!r} is not available: {e}") from e
-    return _imported[path]
 
 
 _default_name = None
@@ -65,7 +85,8 @@ def get_backend():
     return _scoped.get() or _global or _default()
 
 
-def module():
+def kernels():
+    """The Kernels record of the backend the top-level functions run on now."""
     return load(get_backend())
 
 

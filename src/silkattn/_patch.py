@@ -1,19 +1,25 @@
 """patch(module): swap a NumPy model module's reference-named functions for silkattn's."""
 import contextlib
 
-from . import model
+from . import models, ops
+
+# the listing's function names -> silkattn's versions on the current backend
+LISTING = {"softmax": ops.softmax, "attention": ops.attention, "layer_norm": ops.layer_norm,
+           "multi_head": models.multi_head, "feed_forward": models.feed_forward, "block": models.block,
+           "transformer": models.transformer}
 
 _SAVED = "__silkattn_originals__"
 
 
 def patch(module):
-    """Replace every function in `module` named like a reference op (softmax, attention, multi_head,
-    layer_norm, feed_forward, block, transformer) by silkattn's; unpatch(module) restores them."""
+    """Replace every function in `module` named like a listing function (softmax, attention,
+    multi_head, layer_norm, feed_forward, block, transformer) by silkattn's; unpatch(module)
+    restores them."""
     saved = module.__dict__.setdefault(_SAVED, {})
-    for name in model.OPS:
+    for name, fast in LISTING.items():
         if name not in saved and callable(getattr(module, name, None)):
             saved[name] = getattr(module, name)
-            setattr(module, name, getattr(model, name))
+            setattr(module, name, fast)
     return module
 
 

@@ -1,4 +1,5 @@
-"""The thread count every compiled kernel runs with (OMP_NUM_THREADS honoured at import)."""
+"""The thread count every compiled kernel runs with (OMP_NUM_THREADS honoured at import), and the
+policy that gives a call fewer threads when it is too small to share."""
 import contextlib
 import operator
 import os
@@ -32,6 +33,23 @@ def _spinning(env=os.environ):
 
 
 SPINNING = _spinning()
+
+
+# The thread policy: the least work a thread must get before a second one is woken, in elements
+# of a row-wise op (softmax, layer_norm), in multiply-adds of attention (B Sq Sk (d_k + d_v)), and
+# in elements of an elementwise op (bias_relu).
+ROW_WORK = 16384
+ATTENTION_WORK = 4e6
+ELEMENTWISE_WORK = 65536
+
+
+def threads_for(work, min_per_thread):
+    """silkattn's thread count, or fewer when each thread would get less than `min_per_thread` of
+    the `work`: waking a sleeping thread costs tens of microseconds (the default, passive wait
+    policy). When the user made idle threads spin (SPINNING), a quarter of that work suffices."""
+    if SPINNING:
+        min_per_thread /= 4
+    return max(1, min(_num_threads, int(work // min_per_thread)))
 
 
 def set_num_threads(n):

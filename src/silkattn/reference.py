@@ -13,8 +13,14 @@ place where silkattn's semantics are defined:
   pre-norm, as in the listing.
 * dtype is preserved: float32 in, float32 out (constants take the array's dtype,
   so NumPy 2 never upcasts a float32 computation to float64).
+* causal_mask(n, m, offset): query i sits at position offset + i and feels keys
+  0..offset + i (a KV cache: offset = m - n puts n new queries after the cache).
+* Bad arguments of the model-level functions raise ValueError/TypeError naming them
+  (silkattn._checks, shared with the fast models).
 """
 import numpy as np
+
+from . import _checks as check
 
 MASKED = -1e9  # the score a masked-out key gets
 
@@ -36,12 +42,11 @@ def attention(Q, K, V, mask=None):  # Q: (..., Sq, d_k)  K: (..., Sk, d_k)  V: (
 
 def multi_head(X, Wq, Wk, Wv, Wo, h, mask=None):  # X: (..., seq, d); W*: (d, d)
     """concat_i attention(X Wq_i, X Wk_i, X Wv_i, mask) Wo, with h heads of d_k = d / h."""
+    X, d_k = check.multi_head(X, Wq, Wk, Wv, Wo, h)
     *lead, seq, d = X.shape
-    if d % h:
-        raise ValueError(f"h={h} does not divide the model width d={d}")
 
     def split(M):  # (..., seq, d) -> (..., h, seq, d_k): one read per leg
-        return np.swapaxes(M.reshape(*lead, seq, h, d // h), -2, -3)
+        return np.swapaxes(M.reshape(*lead, seq, h, d_k), -2, -3)
 
     heads = attention(split(X @ Wq), split(X @ Wk), split(X @ Wv), mask)  # (..., h, seq, d_k)
     return np.swapaxes(heads, -2, -3).reshape(*lead, seq, d) @ Wo  # pool the h reads
@@ -56,6 +61,7 @@ def layer_norm(X, g, b, eps=1e-5):
 
 def feed_forward(X, W1, b1, W2, b2):  # X: (..., d); W1: (d, d_ff); W2: (d_ff, d)
     """max(0, X W1 + b1) W2 + b2: each position on its own."""
+    X = check.feed_forward(X, W1, b1, W2, b2)
     return np.maximum(X @ W1 + b1, 0) @ W2 + b2
 
 
@@ -65,6 +71,7 @@ def block(X, p, mask=None):  # X: (..., seq, d)
     Fixes a defect of the seed listing, which calls feed_forward without its weights:
     here they come from p["ffn"] = (W1, b1, W2, b2).
     """
+    p = check.layer(p)
     X = X + multi_head(layer_norm(X, *p["ln1"]), *p["attn"], p["h"], mask)
     return X + feed_forward(layer_norm(X, *p["ln2"]), *p["ffn"])
 
@@ -75,8 +82,9 @@ def transformer(token_ids, P):  # token_ids: (seq,) ints -> logits (seq, vocab)
     Fixes a defect of the seed listing, which passes no mask: the decoder "can't feel a
     thread that hasn't been spun yet", so every block gets the causal mask.
     """
-    n = len(token_ids)
-    X = P["emb"][token_ids] + P["pos"][:n]  # words + positions
+    ids = check.token_ids(token_ids, len(P["emb"]), len(P["pos"]))
+    n = len(ids)
+    X = P["emb"][ids] + P["pos"][:n]  # words + positions
     for layer in P["layers"]:
         X = block(X, layer, causal_mask(n))
     return X @ P["emb"].T  # scores over the vocabulary
@@ -90,9 +98,9 @@ def positional_encoding(n, d):  # -> (n, d)
     return pe
 
 
-def causal_mask(n, m=None):  # -> (n, m) bool
-    """mask[i, j] = j <= i: query i feels keys 0..i only (top-left aligned when m != n)."""
-    return np.tri(n, n if m is None else m, dtype=bool)
+def causal_mask(n, m=None, offset=0):  # -> (n, m) bool
+    """mask[i, j] = j <= offset + i: query i, at position offset + i, feels keys 0..offset + i."""
+    return np.tri(n, n if m is None else m, k=offset, dtype=bool)
 
 
 def init_params(vocab, d=512, h=8, n_layers=6, d_ff=2048, max_len=2048, seed=0, dtype=np.float32):

@@ -1,25 +1,20 @@
-"""The Numba backend: the reference's API on @njit(parallel=True) kernels.
+"""The Numba backend: @njit(parallel=True) kernels, for users who want to read or re-tune a kernel
+without a C toolchain.
 
-The public functions check and normalise their arguments in Python (silkattn._api); the kernels in
-softmax.py, layer_norm.py and attention.py only compute. `kernels` holds the kernel-contract entry
-points (softmax, layer_norm, attention, as the silkattn._api docstring defines them): each sets
-Numba's thread count from silkattn.get_num_threads() and calls the compiled kernels.
+Exports its Kernels record and the ops of silkattn.ops run on it alone: silkattn.numba.attention,
+softmax, layer_norm (the fused ops run their NumPy fallback here). The kernels are in softmax.py,
+layer_norm.py and attention.py, their SIMD layer in _simd.py, the kernel-contract entry points
+(packing, scheduling, workspace) in driver.py.
 """
-import functools
-import math
-import threading
-import types
-
-import numba
-import numpy as np
-
+from .. import ops
+from .._backends import Kernels
 from .._threads import env_default
 
 
 def _start_threads_waiting_passively():
     """Start Numba's thread pool now, with OMP_WAIT_POLICY=passive unless the user set it: its
     OpenMP threads then sleep between kernels instead of spinning against numpy's OpenBLAS
-    threads (see silkattn/_cy/__init__.py for the measurement). libgomp reads it once, at load."""
+    threads (see silkattn/_cy/__init__.py). libgomp reads it once, at load."""
     with env_default("OMP_WAIT_POLICY", "passive"):
         try:
             from numba.np.ufunc import parallel
@@ -30,113 +25,11 @@ def _start_threads_waiting_passively():
 
 _start_threads_waiting_passively()
 
-from .. import _api
-from . import attention as _attention
-from . import layer_norm as _layer_norm
-from . import softmax as _softmax
+from . import driver  # noqa: E402  (after the thread pool has started)
 
 OPENMP = True  # Numba's own threading layer (omp, tbb or workqueue) is always there
+KERNELS = Kernels("numba", softmax=driver.softmax, layer_norm=driver.layer_norm, attention=driver.attention,
+                  isa="avx2 (llvm)")
 
-
-def _use_threads(num_threads):
-    """Numba's thread count for the next kernel: silkattn's, capped at the threads Numba started."""
-    n = max(1, min(int(num_threads), numba.config.NUMBA_NUM_THREADS))
-    numba.set_num_threads(n)
-    return n
-
-
-def _softmax_kernel(x, out, num_threads):
-    _softmax.softmax_rows(x, out, _use_threads(num_threads))
-
-
-def _layer_norm_kernel(x, g, b, eps, out, num_threads):
-    _layer_norm.layer_norm_rows(x, g, b, eps, out, _use_threads(num_threads))
-
-
-def _attention_kernel(q, k, v, mask, out, offsets, strides, Sq, Sk, d_k, d_v, causal, masked, num_threads):
-    nthreads = _use_threads(num_threads)
-    lanes2 = 2 * (32 // out.itemsize)  # the P V micro-kernel works on two registers of d_v
-    dvp = -(-d_v // lanes2) * lanes2
-    # K and V are packed once per distinct (K, V) batch item (they are often broadcast)
-    kv, unit = _units(offsets[:, 1:3].tobytes())
-    nkt = -(-Sk // _attention.BK)
-    kp = _workspace("kp", (len(kv), nkt, d_k, _attention.BK), out.dtype)
-    vp = _workspace("vp", (len(kv), nkt * _attention.BK, dvp), out.dtype)
-    work = _workspace("work", (nthreads, _attention.scratch_layout(d_k, dvp, Sk)[-1]), out.dtype)
-    _attention.pack_kv(k, v, np.ascontiguousarray(kv[:, 0]), np.ascontiguousarray(kv[:, 1]),
-                       int(strides[1]), int(strides[2]), Sk, d_k, d_v, dvp, kp, vp)
-    sched, starts = _schedule(len(offsets), Sq, Sk, bool(causal), nthreads)
-    _attention.attention_tiles(q, kp, vp, mask, out, np.ascontiguousarray(offsets[:, 0]),
-                               np.ascontiguousarray(offsets[:, 3]), unit,
-                               int(strides[0]), int(strides[3]), Sq, Sk, d_k, d_v, bool(causal), bool(masked),
-                               sched, starts, work)
-
-
-_local = threading.local()
-_KEEP = 1 << 25  # workspace bytes kept between calls, per Python thread and buffer
-
-
-def _workspace(name, shape, dtype):
-    """An uninitialised array for one call, reused from the previous call of this Python thread
-    when big enough: a fresh np.empty of more than a few hundred KiB is an mmap whose page faults
-    cost as much as a small attention call. Per Python thread, since the kernels release the GIL;
-    buffers over _KEEP bytes are not kept."""
-    size = math.prod(shape)
-    store = _local.__dict__
-    buf = store.get((name, dtype))
-    if buf is None or buf.size < size:
-        buf = np.empty(max(size, 1), dtype)
-        if buf.nbytes <= _KEEP:
-            store[(name, dtype)] = buf
-    return buf[:size].reshape(shape)
-
-
-@functools.lru_cache(maxsize=64)
-def _units(kv_bytes):
-    """(distinct (K, V) offset pairs, the index of each batch item's pair): from the pairs' bytes,
-    so that repeated calls with the same batch layout cost a cache look-up."""
-    kv = np.frombuffer(kv_bytes, np.int64).reshape(-1, 2)
-    if len(kv) == 1:
-        return kv.copy(), np.zeros(1, np.int64)
-    kv, unit = np.unique(kv, axis=0, return_inverse=True)
-    return kv, unit.reshape(-1).astype(np.int64)
-
-
-@functools.lru_cache(maxsize=64)
-def _schedule(B, Sq, Sk, causal, nthreads):
-    """Split the work items w = (query tile w // B, batch item w % B) over the threads.
-
-    Items are sorted by cost (key tiles visited: fewer on causal tiles near the top) and dealt out
-    in a snake (0, 1, .., n-1, n-1, .., 0, 0, 1, ..), which evens out the causal triangle. Returns
-    (items grouped by thread, heaviest first within a thread; start of each thread's group)."""
-    BQ, BK = _attention.BQ, _attention.BK
-    nqt, nkt = -(-Sq // BQ), -(-Sk // BK)
-    w = np.arange(B * nqt, dtype=np.int64)
-    last_row = np.minimum((w // B + 1) * BQ, Sq) - 1
-    cost = np.minimum(nkt, last_row // BK + 1) if causal else np.full(w.size, nkt)
-    order = np.argsort(-cost, kind="stable")
-    lap = np.arange(order.size) % (2 * nthreads)
-    thread = np.where(lap < nthreads, lap, 2 * nthreads - 1 - lap)
-    by_thread = np.argsort(thread, kind="stable")
-    starts = np.zeros(nthreads + 1, np.int64)
-    starts[1:] = np.cumsum(np.bincount(thread, minlength=nthreads))
-    return order[by_thread].astype(np.int64), starts
-
-
-kernels = types.SimpleNamespace(softmax=_softmax_kernel, layer_norm=_layer_norm_kernel, attention=_attention_kernel)
-
-
-def softmax(x, *, out=None):
-    """softmax(x)_i = exp(x_i - max x) / sum_j exp(x_j - max x), over the last axis."""
-    return _api.softmax(kernels, x, out)
-
-
-def layer_norm(X, g, b, eps=1e-5, *, out=None):
-    """g * (X - mean) / sqrt(var + eps) + b over the last axis (population variance)."""
-    return _api.layer_norm(kernels, X, g, b, eps, out)
-
-
-def attention(Q, K, V, mask=None, *, causal=False, out=None):
-    """softmax(where(mask, Q K^T / sqrt(d_k), -1e9)) V over the last two axes; causal: key j is
-    visible to query i only if j <= i (top-left aligned)."""
-    return _api.attention(kernels, Q, K, V, mask, causal, out)
+globals().update(ops.bind(KERNELS))
+__all__ = ["KERNELS", "OPENMP", *ops.OPS]

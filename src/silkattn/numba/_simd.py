@@ -22,23 +22,24 @@ import numpy as np
 # instruction of a function, the intrinsics' too, and re-association would fold the two-step range
 # reduction of exp (x - n*C1 - n*C2) and layer_norm's shifted centring ((x - x0) - delta).
 FASTMATH = {"contract"}
+VBYTES = 32  # one SIMD register: 256 bits (AVX2)
 
 if numba.config.DISABLE_JIT:
     # ---- pure-Python stand-ins: a "vector" is a small NumPy array of one register's lanes ----
     def vwidth(a):
-        return 32 // a.dtype.itemsize
+        return VBYTES // a.dtype.itemsize
 
     def vload(a, i):
-        return a[i:i + 32 // a.dtype.itemsize].copy()
+        return a[i:i + VBYTES // a.dtype.itemsize].copy()
 
     def vstore(a, i, v):
         a[i:i + v.size] = v
 
     def vsplat(a, x):
-        return np.full(32 // a.dtype.itemsize, x, a.dtype)
+        return np.full(VBYTES // a.dtype.itemsize, x, a.dtype)
 
     def vbcast(a, i):
-        return np.full(32 // a.dtype.itemsize, a[i], a.dtype)
+        return np.full(VBYTES // a.dtype.itemsize, a[i], a.dtype)
 
     def vfma(x, y, z):
         return x * y + z
@@ -70,7 +71,7 @@ else:
     from numba.core import cgutils, types
     from numba.extending import intrinsic, models, register_model
 
-    LANES = {types.float32: 8, types.float64: 4}  # one 256-bit AVX register
+    LANES = {types.float32: VBYTES // 4, types.float64: VBYTES // 8}
 
     class Vec(types.Type):
         """One SIMD register of `lanes` x `dtype` (a plain LLVM vector value)."""

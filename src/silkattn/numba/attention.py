@@ -1,7 +1,7 @@
 """Numba attention kernel: flash-style tiles with an online softmax, never materialising Sq x Sk.
 
 Design (attention_tiles): work items are (query tile of BQ rows, batch item); the caller deals them
-out to the threads balanced by cost (silkattn.numba._schedule) and each thread runs its share with
+out to the threads balanced by cost (silkattn.numba.driver) and each thread runs its share with
 its own scratch. For a query tile, every key tile of BK keys (K packed once per call so that keys
 are contiguous: kp[unit, tile, d, key]; V padded to whole registers) goes through
   1. S = (Q * scale) K^T by a 4-row x 2-register micro-kernel (accumulators stay in registers),
@@ -11,13 +11,13 @@ are contiguous: kp[unit, tile, d, key]; V padded to whole registers) goes throug
 Causal key tiles wholly above the diagonal and key tiles an explicit mask hides from every row of
 the query tile are skipped. Skipped and masked keys then count as exactly 0 instead of
 exp(-1e9 - m), which is what the reference gives unless the row's final max m is itself absurdly
-small (every key masked, or scores near -1e9): such rows (max < TINY_MAX) are recomputed exactly
+small (every key masked, or scores near -1e9): such rows (max < EXACT_BELOW) are recomputed exactly
 over all Sk keys by _exact_row, which gives mean(V) for a fully masked row. Every row is computed
 the same way whichever thread runs it, so results do not depend on the thread count.
 
 Kernel contract (see silkattn._api): attention(q, k, v, mask, out, offsets, strides, Sq, Sk,
-d_k, d_v, causal, masked, num_threads); that entry point (packing, schedule, workspace) is in
-silkattn.numba.
+d_k, d_v, causal, q_offset, masked, num_threads); that entry point (packing, schedule, workspace)
+is silkattn.numba.driver.
 """
 import math
 
@@ -42,10 +42,15 @@ from ._simd import (
 )
 
 MASKED = -1e9          # the score a masked-out key gets (replaced, as in silkattn.reference)
-TINY_MAX = -1e8        # a row whose final running max is below this is redone exactly (see below)
-BQ = 64                # query rows per tile (a multiple of R); 64 x 64 scores stay in L1:
-BK = 64                # 128 x 128 spilled out of L1 and was slower in an A/B, most at S = 128
-R = 4                  # rows per register block in both micro-kernels
+# A skipped or masked key counts as exactly 0, which is what the reference gives unless the row's
+# max is within EXACT_MARGIN of MASKED (exp(-745) already underflows float64): such rows are redone
+# exactly. The same margin as the C kernel's SA_EXACT_MARGIN (kernels/attention.h).
+EXACT_BELOW = MASKED + 2000.0
+# The blocking geometry: tiles of BQ queries x BK keys (the BQ x BK score tile stays in L1), and
+# register blocks of R rows x 2 registers (the register width is _simd.LANES) in both micro-kernels.
+BQ = 64                # a multiple of R
+BK = 64
+R = 4
 
 
 
@@ -113,8 +118,9 @@ def scratch_layout(dk, dvp, Sk):
 @_jit()
 def _exact_row(q, kp, vp, mask, orow, qrow, u, mrow, i, Sk, dk, dv, scale, causal, masked, row):
     """One query row done the plain two-pass way over all Sk keys, masked scores = -1e9 as in the
-    reference: used for the rare rows whose final max is < TINY_MAX (e.g. every key masked, which
-    gives mean(V)), where the skipped and zero-flushed masked keys would have counted.
+    reference: used for the rare rows whose final max is below EXACT_BELOW (e.g. every key masked,
+    which gives mean(V)), where the skipped and zero-flushed masked keys would have counted.
+    i: the query's position (its index plus the causal offset).
     orow: the row's d_v outputs; row: scratch of >= Sk values."""
     zero = scale - scale
     for j in range(Sk):
@@ -143,12 +149,13 @@ def _exact_row(q, kp, vp, mask, orow, qrow, u, mrow, i, Sk, dk, dv, scale, causa
 
 
 @_jit(parallel=True)
-def attention_tiles(q, kp, vp, mask, out, qoff, moff, unit, qs, ms, Sq, Sk, dk, dv, causal, masked, items, starts,
-                    work):
+def attention_tiles(q, kp, vp, mask, out, qoff, moff, unit, qs, ms, Sq, Sk, dk, dv, causal, q_offset, masked,
+                    items, starts, work):
     """Work item w = (query tile w // B, batch item w % B); items/starts: the items each thread runs
     (len(starts) - 1 = Numba's current thread count, passed in: numba.get_num_threads() in jitted
     code would make the function uncachable); work: (>= threads, scratch_layout(...)[-1]) per-thread
-    scratch, preallocated by the caller (and reused across calls) and indexed by thread id."""
+    scratch, preallocated by the caller (and reused across calls) and indexed by thread id.
+    causal: query i sits at position q_offset + i and sees keys j <= q_offset + i."""
     nthreads = starts.size - 1
     B = qoff.shape[0]
     dvp = vp.shape[2]
@@ -194,7 +201,7 @@ def attention_tiles(q, kp, vp, mask, out, qoff, moff, unit, qs, ms, Sq, Sk, dk, 
                 Qp[x] = 0
             kt_end = nkt
             if causal:
-                kt_end = min(nkt, (i0 + nq - 1) // BK + 1)  # key tiles wholly above the diagonal: skipped
+                kt_end = min(nkt, (i0 + q_offset + nq - 1) // BK + 1)  # tiles past the diagonal: skipped
             for t in range(kt_end):
                 k0 = t * BK
                 nk = min(BK, Sk - k0)
@@ -248,7 +255,7 @@ def attention_tiles(q, kp, vp, mask, out, qoff, moff, unit, qs, ms, Sq, Sk, dk, 
                         vstore(S, sb + 3 * BK, c30)
                         vstore(S, sb + 3 * BK + W, c31)
                 # ---- scale, mask, online softmax per row
-                diag = causal and k0 + nk - 1 > i0
+                diag = causal and k0 + nk - 1 > i0 + q_offset
                 for r in range(nq):
                     i = i0 + r
                     sr = r * BK
@@ -258,7 +265,7 @@ def attention_tiles(q, kp, vp, mask, out, qoff, moff, unit, qs, ms, Sq, Sk, dk, 
                             if mask[mb + j] == 0:
                                 S[sr + j] = MASKED
                     if diag:
-                        for j in range(max(0, i - k0 + 1), nk):
+                        for j in range(max(0, i + q_offset - k0 + 1), nk):
                             S[sr + j] = MASKED
                     for j in range(nk, BK):
                         S[sr + j] = -np.inf
@@ -323,8 +330,8 @@ def attention_tiles(q, kp, vp, mask, out, qoff, moff, unit, qs, ms, Sq, Sk, dk, 
             for r in range(nq):
                 i = i0 + r
                 ob = (b * Sq + i) * dv
-                if mrun[r] < TINY_MAX:
-                    _exact_row(q, kp, vp, mask, out[ob:ob + dv], qoff[b] + i * qs, u, moff[b] + i * ms, i,
+                if mrun[r] < EXACT_BELOW:
+                    _exact_row(q, kp, vp, mask, out[ob:ob + dv], qoff[b] + i * qs, u, moff[b] + i * ms, i + q_offset,
                                Sk, dk, dv, scale, causal, masked, work[tid, o_row:o_row + Sk])
                 else:
                     inv = lrun[r]
