@@ -9,6 +9,7 @@ from silkattn._backends import MODULES
 from silkattn._testing import TOL, assert_close  # noqa: F401  (one tolerance table, shared with bench/)
 
 DTYPES = [np.float32, np.float64]
+COMPILED = [name for name in MODULES if name != "numpy"]
 
 
 def f64(*arrays):
@@ -16,13 +17,32 @@ def f64(*arrays):
     return [None if a is None else np.asarray(a, dtype=np.float64) for a in arrays]
 
 
-@pytest.fixture(params=[name for name in MODULES if name != "numpy"])
-def backend(request):
-    """Each compiled backend's module; every kernel test runs once per backend."""
-    status = silkattn.backends()[request.param]
+def backend_module(name):
+    """A backend's module (its ops run on its kernels alone); a failure if it is not available."""
+    status = silkattn.backends()[name]
     if not status.startswith("available"):
-        pytest.fail(f"backend {request.param} is not available: {status}")
-    return importlib.import_module(MODULES[request.param])
+        pytest.fail(f"backend {name} is not available: {status}")
+    return importlib.import_module(MODULES[name])
+
+
+@pytest.fixture(params=COMPILED)
+def backend(request):
+    """Each compiled backend's module: every kernel test runs once per backend."""
+    return backend_module(request.param)
+
+
+@pytest.fixture(params=list(MODULES))
+def any_backend(request):
+    """Each backend's module, the numpy one (the reference behind the same checks) included."""
+    return backend_module(request.param)
+
+
+@pytest.fixture(params=list(MODULES))
+def on_backend(request):
+    """Runs the test with each backend as the current one (for the top-level API and the models)."""
+    backend_module(request.param)
+    with silkattn.use_backend(request.param):
+        yield request.param
 
 
 @pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])

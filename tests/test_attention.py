@@ -129,3 +129,43 @@ def test_attention_out_and_mask_dtypes(backend, rng):
         assert_close(backend.attention(Q, K, V, as_numbers), ref.attention(*f64(Q, K, V), mask), np.float32)
     with pytest.raises(ValueError, match="out"):
         backend.attention(Q, K, V, out=np.empty((20, 8), np.float64))
+
+
+# Causal with an offset (a KV cache): query i at position q_offset + i sees keys j <= q_offset + i.
+# Offsets land on, and one either side of, the tile edges of both backends (64 keys, 64 or 96
+# queries), so a tile that is partly visible, fully visible or skipped is met at each edge.
+OFFSET_CASES = [  # (Sq, Sk, q_offset)
+    (1, 1, 0), (1, 300, 299), (1, 300, 64), (1, 300, 63), (1, 300, 0), (1, 65, 64),  # one new query
+    (5, 200, 195), (5, 200, 128), (5, 200, 127), (5, 200, 129),                       # a few
+    (40, 333, 96), (40, 333, 95), (40, 333, 97), (40, 333, 293),
+    (130, 257, 127), (130, 257, 64), (130, 257, 0),                                   # Sq < Sk
+    (100, 100, 5), (70, 50, 3), (3, 10, 20),                                          # past Sk: all visible
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("Sq, Sk, q_offset", OFFSET_CASES)
+def test_causal_offset_matches_an_explicit_mask(backend, threads, rng, Sq, Sk, q_offset, dtype):
+    Q, K, V = qkv(rng, (2,), (2,), Sq, Sk, 32, 24, dtype)
+    expected = ref.attention(*f64(Q, K, V), ref.causal_mask(Sq, Sk, q_offset))
+    assert_close(backend.attention(Q, K, V, causal=True, q_offset=q_offset), expected, dtype)
+    assert_close(backend.attention(Q, K, V, ref.causal_mask(Sq, Sk, q_offset)), expected, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_causal_offset_combines_with_a_padding_mask(backend, rng, dtype):
+    Q, K, V = qkv(rng, (3,), (3,), 7, 150, 16, 16, dtype)
+    keep = np.arange(150) < np.array([150, 100, 2])[:, None, None]  # (3, 1, 150) key padding per item
+    out = backend.attention(Q, K, V, keep, causal=True, q_offset=143)
+    expected = ref.attention(*f64(Q, K, V), keep & ref.causal_mask(7, 150, 143))
+    assert_close(out, expected, dtype)
+
+
+def test_decode_steps_equal_the_full_causal_call(backend, rng):
+    """One query at a time against a growing prefix of the keys (as a KV cache is read) gives the
+    rows of one full causal call."""
+    Q, K, V = qkv(rng, (4,), (4,), 150, 150, 64, 64, np.float32)
+    full = backend.attention(Q, K, V, causal=True)
+    for t in (0, 1, 63, 64, 65, 95, 96, 149):
+        step = backend.attention(Q[:, t:t + 1], K[:, :t + 1], V[:, :t + 1], causal=True, q_offset=t)
+        np.testing.assert_allclose(step, full[:, t:t + 1], rtol=1e-5, atol=1e-6)

@@ -3,7 +3,6 @@ non-tile multiples), strides, dtypes, masks (fully masked rows and tiles) and ma
 
 Profiles: "ci" (default, ~1 minute) and "long" (HYPOTHESIS_PROFILE=long python -m pytest tests/test_fuzz.py).
 """
-import importlib
 import os
 
 import numpy as np
@@ -12,14 +11,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from silkattn import reference as ref
-from silkattn._backends import MODULES
 from silkattn._testing import TOL
 
 settings.register_profile("ci", max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 settings.register_profile("long", max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck))
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-BACKENDS = {name: importlib.import_module(path) for name, path in MODULES.items()}
 dtypes = st.sampled_from([np.float32, np.float64])
 scales = st.sampled_from([1e-3, 1.0, 30.0, 1e4])
 
@@ -49,8 +46,9 @@ def attention_problems(draw):
     K = rng.standard_normal(lead[-1:] + (Sk, dk)).astype(dtype)  # K, V broadcast over the first lead dim
     V = rng.standard_normal(lead[-1:] + (Sk, dv)).astype(dtype)
     Q, K, V = (view(a, draw(st.sampled_from(["plain", "transposed", "reversed", "strided"]))) for a in (Q, K, V))
-    kind = draw(st.sampled_from(["none", "causal", "random", "rows", "tile", "padding", "all"]))
-    mask, causal = None, kind == "causal"
+    kind = draw(st.sampled_from(["none", "causal", "offset", "random", "rows", "tile", "padding", "all"]))
+    mask, causal = None, kind in ("causal", "offset")
+    q_offset = draw(st.integers(0, Sk + 2)) if kind == "offset" else 0
     if kind in ("random", "rows", "tile", "all"):
         mask = rng.random((Sq, Sk)) < draw(st.sampled_from([0.05, 0.5, 0.95]))
         if kind == "rows":
@@ -61,7 +59,7 @@ def attention_problems(draw):
             mask[:] = False
     if kind == "padding":
         mask = np.arange(Sk) < draw(st.integers(0, Sk))  # (Sk,): padding broadcast over queries
-    return Q, K, V, mask, causal
+    return Q, K, V, mask, causal, q_offset
 
 
 def attention_bound(Q, K, V, dtype):
@@ -74,12 +72,11 @@ def attention_bound(Q, K, V, dtype):
 
 
 @given(problem=attention_problems())
-@pytest.mark.parametrize("name", list(MODULES))
-def test_attention_agrees_with_reference(name, problem):
-    Q, K, V, mask, causal = problem
+def test_attention_agrees_with_reference(any_backend, problem):
+    Q, K, V, mask, causal, q_offset = problem
     dtype = Q.dtype
-    full = mask if not causal else ref.causal_mask(Q.shape[-2], K.shape[-2])
-    out = BACKENDS[name].attention(Q, K, V, mask, causal=causal)
+    full = mask if not causal else ref.causal_mask(Q.shape[-2], K.shape[-2], q_offset)
+    out = any_backend.attention(Q, K, V, mask, causal=causal, q_offset=q_offset)
     assert out.dtype == dtype
     expected = ref.attention(*(a.astype(np.float64) for a in (Q, K, V)), full)
     assert out.shape == expected.shape
@@ -103,21 +100,19 @@ def row_problems(draw):
 
 
 @given(x=row_problems())
-@pytest.mark.parametrize("name", list(MODULES))
-def test_softmax_agrees_with_reference(name, x):
-    out = BACKENDS[name].softmax(x)
+def test_softmax_agrees_with_reference(any_backend, x):
+    out = any_backend.softmax(x)
     np.testing.assert_allclose(out, ref.softmax(x.astype(np.float64)), **TOL[x.dtype])
 
 
 @given(x=row_problems(), eps=st.sampled_from([0.0, 1e-5, 1e-2]))
-@pytest.mark.parametrize("name", list(MODULES))
-def test_layer_norm_agrees_with_reference(name, x, eps):
+def test_layer_norm_agrees_with_reference(any_backend, x, eps):
     rng = np.random.default_rng(x.size)
     g, b = rng.standard_normal(x.shape[-1]).astype(x.dtype), rng.standard_normal(x.shape[-1]).astype(x.dtype)
     X = x.astype(np.float64)
     if eps == 0 and (X.var(-1) < 1e-300).any():
         return  # a constant row with eps = 0 is 0/0 in every implementation
-    out = BACKENDS[name].layer_norm(x, g, b, eps=eps)
+    out = any_backend.layer_norm(x, g, b, eps=eps)
     expected = ref.layer_norm(X, g.astype(np.float64), b.astype(np.float64), eps)
     # float32 input of magnitude m and spread s: the input itself is exact, but a result of
     # relative size m/s carries that much rounding in any float32 implementation's centring

@@ -30,12 +30,6 @@ def listing_style_module():
 seed_model_f64 = listing_style_module()
 
 
-@pytest.fixture(params=list(MODULES))
-def on_backend(request):
-    with silkattn.use_backend(request.param):
-        yield request.param
-
-
 def small_model(dtype, vocab=37, seed=0):
     return ref.init_params(vocab, d=32, h=4, n_layers=2, d_ff=64, max_len=64, seed=seed, dtype=dtype)
 
@@ -155,3 +149,31 @@ def test_patch_swaps_a_seed_style_module(module):
     silkattn.patch(module)  # twice is harmless: unpatch still finds the originals
     silkattn.unpatch(module)
     assert module.attention is original and not hasattr(module, "__silkattn_originals__")
+
+
+def test_decoder_config_reads_and_makes_the_dict_layout():
+    config = silkattn.DecoderConfig(vocab=37, d=32, h=4, n_layers=2, d_ff=64, max_len=20)
+    P = config.init_params(seed=3)
+    assert silkattn.DecoderConfig.of(P) == config
+    reference_P = ref.init_params(37, d=32, h=4, n_layers=2, d_ff=64, max_len=20, seed=3)
+    np.testing.assert_array_equal(P["layers"][1]["ffn"][2], reference_P["layers"][1]["ffn"][2])
+    with pytest.raises(ValueError, match="h=5 does not divide"):
+        silkattn.DecoderConfig(vocab=37, d=32, h=5)
+    with pytest.raises(TypeError, match="n_layers must be an int"):
+        silkattn.DecoderConfig(vocab=37, n_layers=1.5)
+
+
+@pytest.mark.parametrize("damage, text", [
+    (lambda P: P.pop("pos"), "P lacks 'pos'"),
+    (lambda P: P["layers"][1].__setitem__("attn", P["layers"][1]["attn"][:3]), r"\['attn'\] must hold 4 arrays"),
+    (lambda P: P["layers"][1].__setitem__("h", 2), "one head count per model"),
+    (lambda P: P["layers"][0].__setitem__("ffn", (np.ones((32, 63)),) + P["layers"][0]["ffn"][1:]),
+     r"P\['layers'\]\[0\]\['ffn'\] b1 must have shape \(63,\)"),
+    (lambda P: P["layers"][1].__setitem__("ln2", (np.ones(31), np.zeros(32))), r"\['ln2'\] g must have shape \(32,\)"),
+    (lambda P: P.__setitem__("pos", P["pos"][:, :16]), r"P\['pos'\] \(max_len, d\)"),
+])
+def test_transformer_names_the_parameter_that_does_not_fit(on_backend, damage, text):
+    P = small_model(np.float32)
+    damage(P)
+    with pytest.raises(ValueError, match=text):
+        silkattn.transformer(np.arange(5), P)

@@ -21,30 +21,30 @@ SCRIPT = textwrap.dedent("""
     import silkattn.numba as sn
     from silkattn import reference as ref
 
-    TOL = {np.float32: dict(rtol=1e-4, atol=1e-5), np.float64: dict(rtol=1e-10, atol=1e-12)}
+    from silkattn._testing import TOL
     rng = np.random.default_rng(4)
     silkattn.set_num_threads(2)
     for dtype in (np.float32, np.float64):
         f64 = lambda *a: [x.astype(np.float64) for x in a]
-        # several query and key tiles (BQ = 64, BK = 128), d_k and d_v not multiples of a register
+        # several query and key tiles (BQ = BK = 64), d_k and d_v not multiples of a register
         Q = rng.standard_normal((2, 70, 20)).astype(dtype)
         K = rng.standard_normal((2, 150, 20)).astype(dtype)
         V = rng.standard_normal((2, 150, 12)).astype(dtype)
         mask = rng.random((2, 70, 150)) < 0.7
         mask[:, ::5] = False                  # fully masked rows: mean(V)
         mask[:, :, 10:140] &= rng.random((2, 70, 1)) < 0.5
-        tri = ref.causal_mask(70, 150)
-        cases = [(None, False), (None, True), (mask, False), (mask, True)]
-        for m, causal in cases:
+        cases = [(None, False, 0), (None, True, 0), (mask, False, 0), (mask, True, 0), (None, True, 63)]
+        for m, causal, off in cases:
+            tri = ref.causal_mask(70, 150, off)
             full = tri if causal and m is None else (m & tri if causal else m)
-            np.testing.assert_allclose(sn.attention(Q, K, V, m, causal=causal), ref.attention(*f64(Q, K, V), full),
-                                       **TOL[dtype])
+            np.testing.assert_allclose(sn.attention(Q, K, V, m, causal=causal, q_offset=off),
+                                       ref.attention(*f64(Q, K, V), full), **TOL[np.dtype(dtype)])
         x = (rng.standard_normal((5, 13)) * 4).astype(dtype)
         x[1] = -1e9
-        np.testing.assert_allclose(sn.softmax(x), ref.softmax(*f64(x)), **TOL[dtype])
+        np.testing.assert_allclose(sn.softmax(x), ref.softmax(*f64(x)), **TOL[np.dtype(dtype)])
         X = (1e3 + rng.standard_normal((4, 37))).astype(dtype)
         g, b = rng.standard_normal(37).astype(dtype), rng.standard_normal(37).astype(dtype)
-        np.testing.assert_allclose(sn.layer_norm(X, g, b), ref.layer_norm(*f64(X, g, b)), **TOL[dtype])
+        np.testing.assert_allclose(sn.layer_norm(X, g, b), ref.layer_norm(*f64(X, g, b)), **TOL[np.dtype(dtype)])
     print("nojit ok")
 """)
 

@@ -1,6 +1,5 @@
 """Concurrency, scale and resources: Python threads calling kernels at once, thread-count
 independence, a single head with Sq * Sk > 2^31, MemoryError instead of a crash, no leaks."""
-import importlib
 import threading
 
 import numpy as np
@@ -8,14 +7,6 @@ import pytest
 
 import silkattn
 from silkattn import reference as ref
-from silkattn._backends import MODULES
-
-COMPILED = [name for name in MODULES if name != "numpy"]
-
-
-@pytest.fixture(params=COMPILED)
-def backend(request):
-    return importlib.import_module(MODULES[request.param])
 
 
 def test_python_threads_at_once_match_serial_calls(backend, rng):

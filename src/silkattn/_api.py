@@ -119,8 +119,8 @@ def layer_norm(kernels, X, g, b, eps=1e-5, *, out=None):
     X, g, b, eps, out = prepare_layer_norm(X, g, b, eps, out)
     if not X.size:
         return out
-    if kernels.layer_norm is None:
-        np.copyto(out, ref.layer_norm(X, g, b, eps))
+    if kernels.layer_norm is None:  # in the result dtype, as the kernels compute
+        np.copyto(out, ref.layer_norm(X.astype(out.dtype, copy=False), g, b, eps))
     else:
         kernels.layer_norm(_rows(X.astype(out.dtype, copy=False)), g, b, eps, out.reshape(-1, X.shape[-1]),
                            threads_for(X.size, ROW_WORK))
