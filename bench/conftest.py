@@ -1,7 +1,9 @@
 """pytest-benchmark suite: `pytest bench/ --benchmark-only` prints each op and shape's contenders side by side.
 
-Contenders: every installed silkattn backend, the NumPy reference and PyTorch (skipped when torch
-is not importable). Each contender's answer is checked against the reference (in float64) outside
+The cases and each contender's call come from silkattn._bench.cases (the same table
+`python -m silkattn bench` reads). Contenders: every installed silkattn backend, the NumPy
+reference and PyTorch (skipped when torch is not importable). Each contender's answer must have
+the reference's shape and dtype and agree with the reference computed in float64, checked outside
 the timed call, so a fast wrong answer fails. Thread count: SILKATTN_BENCH_THREADS (default: all),
 recorded in extra_info.
 """
@@ -11,15 +13,14 @@ import numpy as np
 import pytest
 
 import silkattn
-from silkattn import _bench
-from silkattn._testing import TOL
+from silkattn._bench import cases as specs
+from silkattn._testing import assert_close
 
 THREADS = int(os.environ.get("SILKATTN_BENCH_THREADS", silkattn.get_num_threads()))
-CONTENDERS = [name for name, status in silkattn.backends().items()
-              if name != "numpy" and status.startswith("available")] + ["numpy", "torch"]
+OURS = [name for name, status in silkattn.backends().items() if name != "numpy" and status.startswith("available")]
 
 
-@pytest.fixture(params=CONTENDERS)
+@pytest.fixture(params=OURS + list(specs.RIVALS))
 def contender(request):
     if request.param == "torch":
         torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch==2.13.0)")
@@ -30,13 +31,20 @@ def contender(request):
 
 def run_case(benchmark, contender, case):
     """Check the contender against the float64 reference, then time it."""
-    fn = _bench._callable(contender, case)
-    result = np.asarray(fn())
-    expected = np.asarray(_bench._callable("numpy", dict(case, dtype="float64"))())
-    np.testing.assert_allclose(result, expected, **TOL[np.dtype(case["dtype"])])
-    benchmark.group = _bench.case_name(case)
+    if contender in OURS:
+        silkattn.set_backend(contender)
+    call = specs.build("silkattn" if contender in OURS else contender, case)
+    if call is None:
+        pytest.skip(f"{contender} has no {case['op']} call")
+    expected = specs.build("numpy", dict(case, dtype="float64")).run()
+    assert_close(call.result(call.run()), np.asarray(expected, np.float64).astype(case["dtype"]), case["dtype"])
+    benchmark.group = specs.case_name(case)
     benchmark.extra_info.update(threads=THREADS, contender=contender)
-    benchmark.pedantic(fn, warmup_rounds=2, rounds=10 if contender != "numpy" else 3, iterations=1)
+    benchmark.pedantic(call.run, warmup_rounds=2, rounds=10 if contender != "numpy" else 3, iterations=1)
+
+
+def cases_of(op):
+    return pytest.mark.parametrize("case", specs.OPS[op].cases(False), ids=specs.case_name)
 
 
 def pytest_terminal_summary(terminalreporter):

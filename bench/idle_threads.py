@@ -29,8 +29,8 @@ def main():
     parser.add_argument("--backend", default="cython")
     parser.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated names from: " + ", ".join(SETTINGS))
     args = parser.parse_args()
-    cases = (_bench.model_cases(full=True) if args.cases == "model"
-             else [c for c in _bench.attention_cases(full=True) if c["S"] == 128])
+    ops = ("multi_head", "transformer") if args.cases == "model" else ("attention",)
+    cases = [c for c in _bench.all_cases(full=True) if c["op"] in ops and (args.cases == "model" or c["S"] == 128)]
     runs = [(name, args.backend, SETTINGS[name]) for name in args.settings.split(",")] + [("torch", "torch", {})]
     seen = {name: [] for name, _, _ in runs}
     base = dict(os.environ)

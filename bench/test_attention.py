@@ -1,10 +1,7 @@
-"""attention: every contender on the shared case table (silkattn._bench)."""
-import pytest
-
-from conftest import run_case
-from silkattn import _bench
+"""attention: every contender on the shared case table (silkattn._bench.cases)."""
+from conftest import cases_of, run_case
 
 
-@pytest.mark.parametrize("case", _bench.attention_cases(full=False), ids=_bench.case_name)
+@cases_of("attention")
 def test_attention(benchmark, contender, case):
     run_case(benchmark, contender, case)

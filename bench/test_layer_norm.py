@@ -1,10 +1,7 @@
-"""layer_norm: every contender on the shared case table (silkattn._bench)."""
-import pytest
-
-from conftest import run_case
-from silkattn import _bench
+"""layer_norm: every contender on the shared case table (silkattn._bench.cases)."""
+from conftest import cases_of, run_case
 
 
-@pytest.mark.parametrize("case", [c for c in _bench.row_cases() if c["op"] == "layer_norm"], ids=_bench.case_name)
+@cases_of("layer_norm")
 def test_layer_norm(benchmark, contender, case):
     run_case(benchmark, contender, case)

@@ -40,15 +40,19 @@ def bench(args):
 
     ours = [name for name, status in silkattn.backends().items() if name != "numpy" and status.startswith("available")]
     contenders = ours + ["numpy"]
+    pythons = {}
     torch_python = args.torch_python or sys.executable
     if _bench.torch_available(torch_python):
         contenders.append("torch")
+        pythons["torch"] = torch_python
     else:
         print(f"torch not importable by {torch_python}: no PyTorch column (pip install torch==2.13.0)")
-    cases = _bench.attention_cases(full=args.full) + _bench.row_cases() + _bench.model_cases(full=args.full)
+    if args.baseline:  # another install of silkattn, timed in the same rounds
+        for name in ours:
+            contenders.append(f"base-{name}")
+            pythons[f"base-{name}"] = args.baseline
+    cases = _bench.all_cases(full=args.full or args.dtype == "float64")  # the quick set is float32 only
     if args.dtype:
-        if args.dtype == "float64" and not args.full:  # the quick set is float32: widen it
-            cases = _bench.attention_cases(full=True)
         cases = [c for c in cases if c["dtype"] == args.dtype]
     if args.match:
         cases = [c for c in cases if re.search(args.match, _bench.case_name(c))]
@@ -60,25 +64,25 @@ def bench(args):
         bar = "#" * (30 * done // total)
         print(f"\r[{bar:30s}] {done}/{total} {what:40s}", end="", file=sys.stderr, flush=True)
 
-    pythons = {"torch": torch_python}
     info = _bench.machine()
     start = time.perf_counter()
     rounds = args.rounds or (3 if args.full else 2)
     results = _bench.run(cases, contenders, threads, rounds, pythons, progress, min_time=0.25 if args.full else 0.05)
     print(file=sys.stderr)
-    print(f"cpu: {info['cpu']} ({info['cores']} cores); kernels: {info.get('silkattn_isa')}; "
-          + ", ".join(f"{k} {info[k]}" for k in ("silkattn", "numpy", "numba", "torch", "python") if k in info))
+    print(f"cpu: {info['cpu']} ({info['cores']} cores; {info.get('cpu_isa')}); silkattn kernels: "
+          f"{info.get('silkattn_isa')}; " + ", ".join(f"{k} {info[k]}" for k in ("silkattn", "numpy", "numba", "torch",
+                                                                               "python") if k in info))
     print(f"each contender in its own process, {rounds} alternating rounds, medians; "
-          f"ratios = silkattn time / rival time ({time.perf_counter() - start:.0f} s)")
+          f"ratios = silkattn time / rival time ({time.perf_counter() - start:.0f} s)"
+          + (f"; base-* = {args.baseline}" if args.baseline else ""))
     print(_bench.table(cases, results, contenders, ours))
     print()
     print(_bench.scaling(cases, results, ours))
+    mib = None
     if args.full and not args.match:
-        mib = _bench.memory(contenders, pythons)
+        mib = _bench.memory([c for c in contenders if not c.startswith("base-")], pythons)
         print(f"\nextra memory of one call, {_bench.case_name(_bench.MEMORY_CASE)} (result included): "
               + ", ".join(f"{name} {v:.1f} MiB" for name, v in mib.items()))
-    else:
-        mib = None
     if args.json:
         import json
         with open(args.json, "w") as f:
@@ -90,7 +94,7 @@ def bench(args):
             _bench.plot(cases, results, contenders, args.plot)
             print(f"wrote {args.plot}")
         except ImportError:
-            print("no plot: matplotlib is not installed (pip install matplotlib)")
+            print("no plot: matplotlib is not installed (pip install silkattn[bench])")
 
 
 def main(argv=None):
@@ -106,6 +110,9 @@ def main(argv=None):
     b.add_argument("--match", help="only the cases whose name (as printed) matches this regular expression")
     b.add_argument("--rounds", type=int, help="alternating rounds per contender (default 2, or 3 with --full)")
     b.add_argument("--torch-python", help="a python with torch installed, if not this one")
+    b.add_argument("--baseline", metavar="PYTHON",
+                   help="a python with another silkattn installed (e.g. the last release): its backends are "
+                        "timed in the same rounds, as base-cython and base-numba")
     b.add_argument("--json", help="write the results (and the machine) to this JSON file")
     b.add_argument("--plot", help="write a PNG plot (GFLOP/s against S) here, if matplotlib is installed")
     args = parser.parse_args(argv)

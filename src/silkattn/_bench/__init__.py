@@ -1,0 +1,182 @@
+"""Side-by-side timing of silkattn's kernels against the NumPy reference and PyTorch.
+
+Every contender runs in its own worker process (worker.py), all contenders for one thread count
+alternate over several rounds, and each case is timed after a warm-up as the median of repeated
+calls. A case's figure is the median over rounds. Ratios are silkattn time / rival time from the
+same run. The cases themselves are specified once, in cases.py.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from .cases import all_cases, case_gflop, case_name  # noqa: F401  (the CLI and bench/ use these)
+
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
+SILKATTN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MEMORY_CASE = dict(op="attention", S=4096, heads=0, dk=64, causal=False, dtype="float32")
+
+
+def _run_worker(python, spec):
+    env = dict(os.environ, OMP_NUM_THREADS=str(spec["threads"]), OPENBLAS_NUM_THREADS=str(spec["threads"]))
+    if spec.get("memory"):  # a fixed mmap threshold: freed blocks go back to the OS, so RSS shows new memory
+        env.update(MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0")
+    spec = dict(spec, silkattn_dir=SILKATTN_DIR if spec["contender"] == "torch" else None)
+    proc = subprocess.run([python, WORKER, json.dumps(spec)], env=env, capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError(f"{spec['contender']} worker failed:\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def torch_available(python):
+    try:
+        return subprocess.run([python, "-c", "import torch"], capture_output=True).returncode == 0
+    except OSError:  # no such interpreter
+        return False
+
+
+def run(cases, contenders, threads_list, rounds=3, pythons=None, progress=None, min_time=0.25):
+    """{threads: {contender: [median seconds per case, None where it has no call]}, plus gemm rates}
+    over alternating rounds. pythons maps a contender to the interpreter that runs it (default: this one)."""
+    pythons = pythons or {}
+    results = {}
+    total, done = len(threads_list) * rounds * len(contenders), 0
+    for threads in threads_list:
+        per_round = {name: [] for name in contenders}
+        gemm = []
+        for r in range(rounds):
+            order = contenders if r % 2 == 0 else contenders[::-1]
+            for name in order:
+                spec = dict(contender=name, threads=threads, cases=cases, min_time=min_time)
+                out = _run_worker(pythons.get(name, sys.executable), spec)
+                per_round[name].append([np.nan if t is None else t for t in out["times"]])
+                if "sgemm" in out:
+                    gemm.append((out["sgemm"], out["dgemm"]))
+                done += 1
+                if progress:
+                    progress(done, total, f"{threads} thread(s), round {r + 1}/{rounds}, {name}")
+        results[threads] = {name: [None if np.isnan(t) else t for t in np.median(np.array(t), axis=0)]
+                            for name, t in per_round.items()}
+        if gemm:
+            results[threads]["sgemm"] = float(np.median([g[0] for g in gemm]))
+            results[threads]["dgemm"] = float(np.median([g[1] for g in gemm]))
+    return results
+
+
+def memory(contenders, pythons=None, case=MEMORY_CASE):
+    """{contender: extra MiB} for one attention call, each in its own fresh process."""
+    pythons = pythons or {}
+    return {name: _run_worker(pythons.get(name, sys.executable),
+                              dict(contender=name, threads=1, cases=[case], memory=True))["memory_mib"]
+            for name in contenders}
+
+
+def _ms(t):
+    return f"{t * 1e3:11.3f}" if t is not None else f"{'-':>11s}"
+
+
+def _ratio(a, b, width=10):
+    return f"{a / b:{width}.2f}" if a is not None and b is not None else f"{'':>{width}s}"
+
+
+def table(cases, results, contenders, ours=("cython",)):
+    """Rows: case, threads, each contender's ms; for each of ours, GFLOP/s and its fraction of numpy's
+    sgemm rate, and the time ratios to torch and to a baseline install, and the speed-up over numpy."""
+    lines = []
+    head = f"{'case':44s} {'thr':>3s} " + " ".join(f"{n + ' ms':>11s}" for n in contenders)
+    for name in ours:
+        head += f" {name[:6] + ' GF/s':>12s} {'%sgemm':>6s}"
+        if "torch" in contenders:
+            head += f" {name[:6] + '/torch':>12s}"
+        if f"base-{name}" in contenders:
+            head += f" {name[:6] + '/base':>11s}"
+        if "numpy" in contenders:
+            head += f" {'x vs numpy':>10s}"
+    lines.append(head)
+    for threads, res in results.items():
+        sgemm = res.get("sgemm")
+        lines.append(f"-- {threads} thread(s): numpy sgemm {sgemm or float('nan'):.0f} GFLOP/s, "
+                     f"dgemm {res.get('dgemm', float('nan')):.0f} GFLOP/s (the ceiling)")
+        for i, c in enumerate(cases):
+            row = f"{case_name(c):44s} {threads:3d} " + " ".join(_ms(res[n][i]) for n in contenders)
+            for name in ours:
+                g, t = case_gflop(c), res[name][i]
+                ceiling = sgemm if c.get("dtype") == "float32" else res.get("dgemm")
+                if g and t:
+                    row += f" {g / t:12.1f} " + (f"{100 * g / t / ceiling:5.0f}%" if ceiling else f"{'':>6s}")
+                else:
+                    row += f" {'':>12s} {'':>6s}"
+                if "torch" in contenders:
+                    row += _ratio(t, res["torch"][i], 13)
+                if f"base-{name}" in contenders:
+                    row += _ratio(t, res[f"base-{name}"][i], 12)
+                if "numpy" in contenders:
+                    row += _ratio(res["numpy"][i], t, 11)
+            lines.append(row)
+    return "\n".join(lines)
+
+
+def scaling(cases, results, ours):
+    """Speed-up from 1 to 2 threads for each of our backends (attention cases only)."""
+    if 1 not in results or 2 not in results:
+        return ""
+    lines = [f"{'2-thread speed-up':44s} " + " ".join(f"{n:>10s}" for n in ours)]
+    for i, c in enumerate(cases):
+        if c["op"] == "attention":
+            lines.append(f"{case_name(c):44s} " + " ".join(_ratio(results[1][n][i], results[2][n][i], 11) for n in ours))
+    return "\n".join(lines)
+
+
+def machine():
+    """CPU, cores, instruction sets and library versions, for the table's header and the JSON."""
+    import platform
+    info = {"python": platform.python_version(), "numpy": np.__version__, "cores": os.cpu_count()}
+    try:
+        with open("/proc/cpuinfo") as f:
+            lines = f.read().splitlines()
+        info["cpu"] = next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
+        flags = set(next(line.split(":", 1)[1] for line in lines if line.startswith("flags")).split())
+        info["cpu_isa"] = " ".join(f for f in ("avx2", "fma", "avx512f", "avx512dq", "avx512bw", "avx512vl")
+                                   if f in flags) or "none of avx2/avx512"
+    except (OSError, StopIteration):
+        info["cpu"] = platform.processor() or platform.machine()
+    for name in ("silkattn", "numba", "torch"):
+        try:
+            module = __import__(name)
+            info[name] = module.__version__
+        except ImportError:
+            pass
+    try:
+        from silkattn import cython as cy
+        info["silkattn_isa"] = cy.ISA
+    except ImportError:
+        pass
+    return info
+
+
+def plot(cases, results, contenders, path):
+    """GFLOP/s of one-head float32 attention against S, a line per contender, causal and not."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    threads = max(results)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    for ax, causal in zip(axes, (False, True)):
+        idx = [i for i, c in enumerate(cases) if c["op"] == "attention" and not c["heads"]
+               and c["causal"] == causal and c["dtype"] == "float32"]
+        S = [cases[i]["S"] for i in idx]
+        for name in contenders:
+            ax.plot(S, [case_gflop(cases[i]) / results[threads][name][i] for i in idx], marker="o", label=name)
+        if "sgemm" in results[threads]:
+            ax.axhline(results[threads]["sgemm"], color="grey", linestyle="--", label="numpy sgemm (ceiling)")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(S, [str(s) for s in S])
+        ax.set_xlabel("sequence length S (queries = keys)")
+        ax.set_title(f"attention (S, 64) float32, {'causal' if causal else 'no mask'}, {threads} thread(s)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("GFLOP/s (4 S^2 d_k per head, half if causal)")
+    axes[0].legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)

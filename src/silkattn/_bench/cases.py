@@ -1,0 +1,236 @@
+"""The benchmark cases: one specification per op, read by `python -m silkattn bench` and by the
+pytest-benchmark suite in bench/. A new case or op is one entry in OPS.
+
+A case is a dict ({"op": "attention", "S": 2048, ...}). Its Op names it, counts its FLOPs, builds its
+inputs, and builds a Call for each contender: "silkattn" (whichever silkattn backend is current)
+and the rivals "numpy" (the reference) and "torch" (PyTorch eager, CPU). A Call's `run` is what is
+timed; `result(run())` is the answer as a NumPy array of the reference's shape and dtype, which
+the benchmark suite checks against the reference.
+
+This package is also loaded on its own by worker processes (see worker.py), in Pythons where silkattn
+may be another version or absent: silkattn and torch are imported only inside the builders.
+"""
+import dataclasses
+from typing import Callable, NamedTuple, Optional
+
+import numpy as np
+
+GFLOP = 1e9
+
+
+class Call(NamedTuple):
+    run: Callable
+    result: Callable = np.asarray
+
+
+@dataclasses.dataclass(frozen=True)
+class Op:
+    name: str
+    cases: Callable                 # full (bool) -> [case]: the quick set, or every case
+    label: Callable                 # case -> the name printed (and matched by --match)
+    inputs: Callable                # case -> inputs, built once per case in each worker
+    silkattn: Callable              # (case, inputs, silkattn module) -> Call
+    rivals: dict                    # rival name -> (case, inputs) -> Call
+    gflop: Optional[Callable] = None  # case -> GFLOP per call, for the GFLOP/s column
+
+
+def _rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+def _torch():
+    import torch
+    return torch
+
+
+def _inference(torch, fn):
+    def run():
+        with torch.inference_mode():
+            return fn()
+    return run
+
+
+# ---------------------------------------------------------------- attention
+
+def attention_cases(full):
+    """One head (S, 64) and eight heads (1, 8, S, 64), causal and not; the quick set keeps the
+    float32 cases with S = 512 and 2048 (one head) and S = 512 (eight heads)."""
+    cases = []
+    for dtype in ("float32", "float64"):
+        for S in (128, 512, 2048, 4096):
+            for heads in (0, 8):  # 0: a plain (S, 64) array
+                for causal in (False, True):
+                    quick = dtype == "float32" and (S == 512 or (S == 2048 and not heads))
+                    if full or quick:
+                        cases.append(dict(op="attention", S=S, heads=heads, dk=64, causal=causal, dtype=dtype))
+    return cases
+
+
+def _attention_shape(c):
+    return (c["S"], c["dk"]) if not c["heads"] else (1, c["heads"], c["S"], c["dk"])
+
+
+def _attention_torch(c, args):
+    torch = _torch()
+    import torch.nn.functional as F
+    # a plain (S, d) input sends SDPA down a slow math path: give it 4-D views, and the answer
+    # back in the reference's shape
+    t = [torch.from_numpy(a).reshape((1,) * (4 - a.ndim) + a.shape) for a in args]
+    return Call(_inference(torch, lambda: F.scaled_dot_product_attention(*t, is_causal=c["causal"])),
+                lambda out: out.numpy().reshape(args[0].shape))
+
+
+def _attention_reference(c, args):
+    from silkattn import reference as ref
+    mask = ref.causal_mask(c["S"]) if c["causal"] else None
+    return Call(lambda: ref.attention(*args, mask))
+
+
+ATTENTION = Op(
+    "attention", attention_cases,
+    label=lambda c: (f"attention ({c['S']},{c['dk']})" if not c["heads"] else
+                     f"attention (1,{c['heads']},{c['S']},{c['dk']})") + f"{' causal' if c['causal'] else ''} {c['dtype']}",
+    inputs=lambda c: [_rng().standard_normal(_attention_shape(c)).astype(c["dtype"]) for _ in range(3)],
+    silkattn=lambda c, args, sa: Call(lambda: sa.attention(*args, causal=c["causal"])),
+    rivals={"numpy": _attention_reference, "torch": _attention_torch},
+    gflop=lambda c: 4.0 * c["S"] ** 2 * c["dk"] * max(c["heads"], 1) / (2 if c["causal"] else 1) / GFLOP,
+)
+
+
+# ---------------------------------------------------------------- softmax, layer_norm
+
+def _rows_label(c):
+    return f"{c['op']} ({c['rows']},{c['n']}) {c['dtype']}"
+
+
+def _rows_inputs(c):
+    rng = _rng()
+    x = rng.standard_normal((c["rows"], c["n"])).astype(c["dtype"])
+    return [x] + [rng.standard_normal(c["n"]).astype(c["dtype"]) for _ in range(2 if c["op"] == "layer_norm" else 0)]
+
+
+def _softmax_torch(c, args):
+    torch = _torch()
+    t = torch.from_numpy(args[0])
+    return Call(_inference(torch, lambda: torch.softmax(t, -1)), lambda out: out.numpy())
+
+
+def _layer_norm_torch(c, args):
+    torch = _torch()
+    import torch.nn.functional as F
+    t = [torch.from_numpy(a) for a in args]
+    return Call(_inference(torch, lambda: F.layer_norm(t[0], (c["n"],), t[1], t[2], eps=1e-5)), lambda out: out.numpy())
+
+
+def _reference_op(name):
+    def build(c, args):
+        from silkattn import reference as ref
+        return Call(lambda: getattr(ref, name)(*args))
+    return build
+
+
+SOFTMAX = Op(
+    "softmax", lambda full: [dict(op="softmax", rows=4096, n=4096, dtype="float32")],
+    label=_rows_label, inputs=_rows_inputs,
+    silkattn=lambda c, args, sa: Call(lambda: sa.softmax(*args)),
+    rivals={"numpy": _reference_op("softmax"), "torch": _softmax_torch},
+)
+
+LAYER_NORM = Op(
+    "layer_norm", lambda full: [dict(op="layer_norm", rows=8192, n=512, dtype="float32")],
+    label=_rows_label, inputs=_rows_inputs,
+    silkattn=lambda c, args, sa: Call(lambda: sa.layer_norm(*args)),
+    rivals={"numpy": _reference_op("layer_norm"), "torch": _layer_norm_torch},
+)
+
+
+# ---------------------------------------------------------------- the decoder: multi_head, transformer
+
+_PARAMS = {}
+
+
+def _decoder_inputs(c):
+    """The seed-sized decoder's weights (N = 6, d_ff = 4 d, vocab 1000), token ids and activations,
+    shared by multi_head and transformer cases of the same size."""
+    from silkattn import reference as ref
+    key = (c["d"], c["h"], c["S"], c["dtype"])
+    if key not in _PARAMS:
+        _PARAMS[key] = ref.init_params(1000, d=c["d"], h=c["h"], n_layers=6, d_ff=4 * c["d"], max_len=c["S"],
+                                       seed=0, dtype=np.dtype(c["dtype"]))
+    return dict(P=_PARAMS[key], ids=_rng().integers(0, 1000, c["S"]),
+                X=_rng(1).standard_normal((c["S"], c["d"])).astype(c["dtype"]))
+
+
+def _decoder_torch(c, a):
+    torch = _torch()
+    from . import rivals
+    T = rivals.tensors(torch, a["P"])
+    if c["op"] == "multi_head":
+        X, L = torch.from_numpy(a["X"]), T["layers"][0]
+        return Call(_inference(torch, lambda: rivals.multi_head(torch, X, *L["attn"], L["h"], True)),
+                    lambda out: out.numpy())
+    ids = torch.from_numpy(a["ids"])
+    return Call(_inference(torch, lambda: rivals.transformer(torch, ids, T)), lambda out: out.numpy())
+
+
+def _decoder_reference(c, a):
+    from silkattn import reference as ref
+    if c["op"] == "multi_head":
+        L = a["P"]["layers"][0]
+        mask = ref.causal_mask(c["S"])
+        return Call(lambda: ref.multi_head(a["X"], *L["attn"], L["h"], mask))
+    return Call(lambda: ref.transformer(a["ids"], a["P"]))
+
+
+def _decoder_silkattn(c, a, sa):
+    if c["op"] == "multi_head":
+        L = a["P"]["layers"][0]
+        return Call(lambda: sa.multi_head(a["X"], *L["attn"], L["h"], causal=True))
+    return Call(lambda: sa.transformer(a["ids"], a["P"]))
+
+
+def _decoder_cases(op):
+    return lambda full: [dict(op=op, S=S, d=512, h=8, dtype="float32") for S in ((128, 512, 2048) if full else (512,))]
+
+
+MULTI_HEAD = Op(
+    "multi_head", _decoder_cases("multi_head"),
+    label=lambda c: f"multi_head (1,{c['S']},{c['d']}) h={c['h']} causal {c['dtype']}",
+    inputs=_decoder_inputs, silkattn=_decoder_silkattn,
+    rivals={"numpy": _decoder_reference, "torch": _decoder_torch},
+)
+
+TRANSFORMER = Op(
+    "transformer", _decoder_cases("transformer"),
+    label=lambda c: f"transformer N=6 d={c['d']} S={c['S']} {c['dtype']}",
+    inputs=_decoder_inputs, silkattn=_decoder_silkattn,
+    rivals={"numpy": _decoder_reference, "torch": _decoder_torch},
+)
+
+
+OPS = {op.name: op for op in (ATTENTION, SOFTMAX, LAYER_NORM, MULTI_HEAD, TRANSFORMER)}
+RIVALS = ("numpy", "torch")
+
+
+def all_cases(full=False):
+    return [c for op in OPS.values() for c in op.cases(full)]
+
+
+def case_name(c):
+    return OPS[c["op"]].label(c)
+
+
+def case_gflop(c):
+    gflop = OPS[c["op"]].gflop
+    return gflop(c) if gflop else None
+
+
+def build(contender, c, inputs=None):
+    """The Call of `contender` ("silkattn" or a rival's name) for case c, or None if it has none."""
+    op = OPS[c["op"]]
+    inputs = op.inputs(c) if inputs is None else inputs
+    if contender == "silkattn":
+        import silkattn
+        return op.silkattn(c, inputs, silkattn)
+    builder = op.rivals.get(contender)
+    return builder(c, inputs) if builder else None

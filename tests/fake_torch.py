@@ -1,0 +1,45 @@
+"""A stand-in for the few torch calls the benchmark rivals make, computed by silkattn.reference.
+
+Its tensors are ndarrays with torch's .numpy(), and its ops keep torch's shapes (SDPA returns the
+rank it is given), so the rivals' glue (views, reshapes back to the reference's shape, dtypes) is
+tested without torch installed. Installed into sys.modules by tests/test_bench_cases.py."""
+import contextlib
+import types
+
+import numpy as np
+
+from silkattn import reference as ref
+
+
+class Tensor(np.ndarray):
+    def numpy(self):
+        return np.asarray(self)
+
+
+def _tensor(a):
+    return np.asarray(a).view(Tensor)
+
+
+def _sdpa(q, k, v, is_causal=False):
+    mask = ref.causal_mask(q.shape[-2], k.shape[-2]) if is_causal else None  # top-left, as torch's
+    return _tensor(ref.attention(np.asarray(q), np.asarray(k), np.asarray(v), mask))
+
+
+def _layer_norm(x, shape, weight, bias, eps=1e-5):
+    assert tuple(shape) == x.shape[-1:]
+    return _tensor(ref.layer_norm(np.asarray(x), np.asarray(weight), np.asarray(bias), eps))
+
+
+functional = types.ModuleType("torch.nn.functional")
+functional.scaled_dot_product_attention = _sdpa
+functional.layer_norm = _layer_norm
+nn = types.ModuleType("torch.nn")
+nn.functional = functional
+torch = types.ModuleType("torch")
+torch.nn = nn
+torch.from_numpy = _tensor
+torch.inference_mode = contextlib.nullcontext
+torch.set_num_threads = lambda n: None
+torch.softmax = lambda x, dim: _tensor(ref.softmax(np.moveaxis(np.asarray(x), dim, -1))).swapaxes(dim, -1)
+torch.relu = lambda x: np.maximum(x, 0)
+MODULES = {"torch": torch, "torch.nn": nn, "torch.nn.functional": functional}

@@ -1,0 +1,43 @@
+"""The benchmark case table (silkattn._bench.cases): every contender's call, on every op, returns
+the reference's shape and dtype and agrees with it. Sizes are shrunk to test speed; torch is the
+stand-in of fake_torch.py, so the rivals' glue is checked without torch installed."""
+import sys
+
+import numpy as np
+import pytest
+
+import fake_torch
+import silkattn
+from conftest import COMPILED, assert_close
+from silkattn._bench import cases as specs
+
+SMALL = {"S": 40, "rows": 12}
+CASES = [dict(c, **{k: v for k, v in SMALL.items() if k in c}) for op in specs.OPS.values() for c in op.cases(True)]
+
+
+@pytest.fixture
+def torch_stand_in(monkeypatch):
+    for name, module in fake_torch.MODULES.items():
+        monkeypatch.setitem(sys.modules, name, module)
+
+
+@pytest.mark.parametrize("contender", COMPILED + list(specs.RIVALS))
+@pytest.mark.parametrize("case", CASES, ids=specs.case_name)
+def test_every_call_returns_the_references_shape_and_dtype(torch_stand_in, contender, case):
+    expected = specs.build("numpy", dict(case, dtype="float64")).run()
+    if contender in COMPILED:
+        with silkattn.use_backend(contender):
+            call = specs.build("silkattn", case)
+            out = call.result(call.run())
+    else:
+        call = specs.build(contender, case)
+        out = call.result(call.run())
+    assert_close(out, np.asarray(expected).astype(case["dtype"]), case["dtype"])
+
+
+def test_every_op_has_cases_names_and_both_rivals():
+    names = [specs.case_name(c) for c in specs.all_cases(full=True)]
+    assert len(names) == len(set(names))  # --match and the tables tell cases apart by name
+    assert all(c in specs.all_cases(full=True) for c in specs.all_cases(full=False))
+    for op in specs.OPS.values():
+        assert set(op.rivals) == set(specs.RIVALS), op.name
