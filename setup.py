@@ -48,8 +48,10 @@ sanitize = ["-fsanitize=address", "-fno-omit-frame-pointer"] if checks else []
 cflags += sanitize
 directives = dict(language_level=3, boundscheck=checks, initializedcheck=checks, wraparound=False,
                   cdivision=True, nonecheck=False, embedsignature=True)
-extensions = [Extension(f"silkattn._cy.{op}", [f"kernels/{op}.pyx"], include_dirs=["kernels"], depends=glob.glob("kernels/*.h") + glob.glob("kernels/*.pxi"),
-                        extra_compile_args=cflags + omp, extra_link_args=omp + sanitize + ["-lm"])
+depends = glob.glob("kernels/*.h") + glob.glob("kernels/*.pxi")
+extensions = [Extension(f"silkattn._cy.{op}", [f"kernels/{op}.pyx"], include_dirs=["kernels"],
+                        depends=depends, extra_compile_args=cflags + omp,
+                        extra_link_args=omp + sanitize + ["-lm"])
               for op in OPS]
 
 setup(ext_modules=cythonize(extensions, compiler_directives=directives))

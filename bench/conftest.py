@@ -1,4 +1,5 @@
-"""pytest-benchmark suite: `pytest bench/ --benchmark-only` prints each op and shape's contenders side by side.
+"""pytest-benchmark suite: `pytest bench/ --benchmark-only` prints each op and shape's contenders
+side by side.
 
 The cases and each contender's call come from silkattn._bench.cases (the same table
 `python -m silkattn bench` reads). Contenders: every installed silkattn backend, the NumPy
@@ -17,7 +18,8 @@ from silkattn._bench import cases as specs
 from silkattn._testing import assert_close
 
 THREADS = int(os.environ.get("SILKATTN_BENCH_THREADS", silkattn.get_num_threads()))
-OURS = [name for name, status in silkattn.backends().items() if name != "numpy" and status.startswith("available")]
+OURS = [name for name, status in silkattn.backends().items()
+        if name != "numpy" and status.startswith("available")]
 
 
 @pytest.fixture(params=OURS + list(specs.RIVALS))
@@ -37,7 +39,8 @@ def run_case(benchmark, contender, case):
     if call is None:
         pytest.skip(f"{contender} has no {case['op']} call")
     expected = specs.build("numpy", dict(case, dtype="float64")).run()
-    assert_close(call.result(call.run()), np.asarray(expected, np.float64).astype(case["dtype"]), case["dtype"])
+    assert_close(call.result(call.run()), np.asarray(expected, np.float64).astype(case["dtype"]),
+                 case["dtype"])
     benchmark.group = specs.case_name(case)
     benchmark.extra_info.update(threads=THREADS, contender=contender)
     benchmark.pedantic(call.run, warmup_rounds=2, rounds=10 if contender != "numpy" else 3, iterations=1)

@@ -44,15 +44,18 @@ def main():
         if name == "numpy" or not status.startswith("available"):
             continue
         with silkattn.use_backend(name):
-            fn = lambda: silkattn.attention(Q, K, V, causal=False)
+            def fn():
+                return silkattn.attention(Q, K, V, causal=False)
+
             fn(), fn()
             ratios = []
             for _ in range(args.rounds):  # alternate one and two threads, keep the median ratio
                 one = throughput(fn, args.calls, 1)
                 two = throughput(fn, args.calls, 2)
                 ratios.append(two / one)
+            rounds = ", ".join(f"{r:.2f}" for r in ratios)
             print(f"{name}: attention ({args.S}, 64) float32, 1 kernel thread each: 2 Python threads give "
-                  f"{np.median(ratios):.2f}x the throughput of 1 (rounds: {', '.join(f'{r:.2f}' for r in ratios)})")
+                  f"{np.median(ratios):.2f}x the throughput of 1 (rounds: {rounds})")
 
 
 if __name__ == "__main__":

@@ -23,15 +23,19 @@ SETTINGS = {"defaults": {}, "OMP_WAIT_POLICY=active": {"OMP_WAIT_POLICY": "activ
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", choices=("model", "small"), default="model")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--backend", default="cython")
-    parser.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated names from: " + ", ".join(SETTINGS))
+    parser.add_argument("--settings", default=",".join(SETTINGS),
+                        help="comma-separated names from: " + ", ".join(SETTINGS))
     args = parser.parse_args()
     ops = ("multi_head", "transformer") if args.cases == "model" else ("attention",)
-    cases = [c for c in _bench.all_cases(full=True) if c["op"] in ops and (args.cases == "model" or c["S"] == 128)]
-    runs = [(name, args.backend, SETTINGS[name]) for name in args.settings.split(",")] + [("torch", "torch", {})]
+    cases = [c for c in _bench.all_cases(full=True)
+             if c["op"] in ops and (args.cases == "model" or c["S"] == 128)]
+    runs = [(name, args.backend, SETTINGS[name])
+            for name in args.settings.split(",")] + [("torch", "torch", {})]
     seen = {name: [] for name, _, _ in runs}
     base = dict(os.environ)
     try:

@@ -25,16 +25,18 @@ print(json.dumps([t1 - t0, time.perf_counter() - t1]))
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--warm", type=int, default=2, help="warm runs after the cold one")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, NUMBA_CACHE_DIR=cache)
         for i in range(1 + args.warm):
-            out = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, check=True)
+            out = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True,
+                                 check=True)
             imp, call = json.loads(out.stdout.strip().splitlines()[-1])
-            print(f"{'cold' if i == 0 else 'warm'} cache: import {imp:.2f} s, first attention call {call:.2f} s, "
-                  f"total {imp + call:.2f} s")
+            print(f"{'cold' if i == 0 else 'warm'} cache: import {imp:.2f} s, "
+                  f"first attention call {call:.2f} s, total {imp + call:.2f} s")
 
 
 if __name__ == "__main__":

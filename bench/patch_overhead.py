@@ -40,7 +40,8 @@ def main():
         with silkattn.patched(seed_model):
             patched.append(median_time(lambda: seed_model.transformer(ids, P)))
     d, p = np.median(direct), np.median(patched)
-    print(f"transformer S={args.S}, {silkattn.get_num_threads()} thread(s), backend {silkattn.get_backend()}: "
+    print(f"transformer S={args.S}, {silkattn.get_num_threads()} thread(s), "
+          f"backend {silkattn.get_backend()}: "
           f"direct {d * 1e3:.1f} ms, patched seed-style module {p * 1e3:.1f} ms, ratio {p / d:.3f}")
 
 

@@ -3,8 +3,9 @@ reference's layer_norm of the sum."""
 import numpy as np
 import pytest
 
-from conftest import DTYPES, assert_close, f64
 from silkattn import reference as ref
+
+from conftest import DTYPES, assert_close, f64
 
 SHAPES = [(1, 1), (3, 5), (2, 17, 512), (100, 384), (0, 8)]
 

@@ -3,8 +3,9 @@ import numpy as np
 import pytest
 
 import silkattn
-from conftest import DTYPES, assert_close, f64
 from silkattn import reference as ref
+
+from conftest import DTYPES, assert_close, f64
 
 SHAPES = [  # (lead of Q, lead of K and V, Sq, Sk, d_k, d_v)
     ((), (), 1, 1, 1, 1),
@@ -86,12 +87,15 @@ def test_attention_on_views(backend, rng, dtype):
     """Head splits of a projection, transposes, reversed and strided rows: no copy needed to be right."""
     seq, h, dk = 70, 4, 16
     X = rng.standard_normal((seq, 3 * h * dk)).astype(dtype)
-    split = lambda M: M.reshape(seq, h, dk).swapaxes(0, 1)  # (h, seq, dk) view with row stride 3*h*dk
+    def split(M):  # (h, seq, dk) view with row stride 3*h*dk
+        return M.reshape(seq, h, dk).swapaxes(0, 1)
+
     Q, K, V = split(X[:, :h * dk]), split(X[:, h * dk:2 * h * dk]), split(X[:, 2 * h * dk:])
     mask = rng.random((seq, seq)) < 0.7
     assert_close(backend.attention(Q, K, V, mask), ref.attention(*f64(Q, K, V), mask), dtype)
     Kt = np.ascontiguousarray(K.swapaxes(-1, -2)).swapaxes(-1, -2)  # column-major K
-    assert_close(backend.attention(Q[:, ::-1], Kt, V[:, ::-1]), ref.attention(*f64(Q[:, ::-1], Kt, V[:, ::-1])), dtype)
+    assert_close(backend.attention(Q[:, ::-1], Kt, V[:, ::-1]),
+                 ref.attention(*f64(Q[:, ::-1], Kt, V[:, ::-1])), dtype)
     assert_close(backend.attention(Q[:, ::2], K[:, ::3], V[:, ::3], causal=True),
                  expected_attention(Q[:, ::2], K[:, ::3], V[:, ::3], None, True), dtype)
     mask_t = np.ascontiguousarray(mask.T).T  # a mask whose key axis is not contiguous
@@ -102,7 +106,8 @@ def test_attention_on_views(backend, rng, dtype):
 def test_attention_causal_combines_with_mask(backend, rng, dtype):
     Q, K, V = qkv(rng, (2,), (2,), 90, 140, 32, 32, dtype)
     mask = rng.random((2, 90, 140)) < 0.5
-    assert_close(backend.attention(Q, K, V, mask, causal=True), expected_attention(Q, K, V, mask, True), dtype)
+    assert_close(backend.attention(Q, K, V, mask, causal=True),
+                 expected_attention(Q, K, V, mask, True), dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -6,13 +6,15 @@ import sys
 import numpy as np
 import pytest
 
-import fake_torch
 import silkattn
-from conftest import COMPILED, assert_close
 from silkattn._bench import cases as specs
 
+import fake_torch
+from conftest import COMPILED, assert_close
+
 SMALL = {"S": 40, "rows": 12}
-CASES = [dict(c, **{k: v for k, v in SMALL.items() if k in c}) for op in specs.OPS.values() for c in op.cases(True)]
+CASES = [dict(c, **{k: v for k, v in SMALL.items() if k in c})
+         for op in specs.OPS.values() for c in op.cases(True)]
 
 
 @pytest.fixture

@@ -3,11 +3,15 @@ message that names the argument. Inputs are never modified, and odd-but-valid in
 import numpy as np
 import pytest
 
-from conftest import assert_close
 from silkattn import reference as ref
 
+from conftest import assert_close
 
-f32 = lambda *shape: np.ones(shape, np.float32)
+
+def f32(*shape):
+    return np.ones(shape, np.float32)
+
+
 Q = f32(4, 8)
 
 # (id, op, args, kwargs, error class, text the message must contain)
@@ -19,7 +23,8 @@ BAD = [
     ("mask_shape", "attention", (Q, Q, Q, np.ones((3, 4), bool)), {}, ValueError, "mask of shape (3, 4)"),
     ("mask_batch", "attention", (f32(2, 4, 8), f32(2, 4, 8), f32(2, 4, 8), np.ones((3, 4, 4), bool)), {},
      ValueError, "mask"),
-    ("lead_dims", "attention", (f32(2, 4, 8), f32(3, 4, 8), f32(3, 4, 8)), {}, ValueError, "leading (batch) dims"),
+    ("lead_dims", "attention", (f32(2, 4, 8), f32(3, 4, 8), f32(3, 4, 8)), {},
+     ValueError, "leading (batch) dims"),
     ("Q_int", "attention", (np.ones((4, 8), int), Q, Q), {}, TypeError, "Q must be a float32 or float64"),
     ("K_complex", "attention", (Q, np.ones((4, 8), complex), Q), {}, TypeError, "K must be"),
     ("V_object", "attention", (Q, Q, np.ones((4, 8), object)), {}, TypeError, "V must be"),
@@ -32,7 +37,8 @@ BAD = [
     ("out_dtype", "attention", (Q, Q, Q), {"out": np.ones((4, 8))}, ValueError, "dtype float32"),
     ("out_list", "attention", (Q, Q, Q), {"out": [[0.0] * 8] * 4}, TypeError, "out must be a numpy.ndarray"),
     ("out_strided", "attention", (Q, Q, Q), {"out": f32(4, 16)[:, ::2]}, ValueError, "C-contiguous"),
-    ("out_readonly", "attention", (Q, Q, Q), {"out": np.broadcast_to(np.float32(0), (4, 8))}, ValueError, "writeable"),
+    ("out_readonly", "attention", (Q, Q, Q), {"out": np.broadcast_to(np.float32(0), (4, 8))},
+     ValueError, "writeable"),
     ("softmax_0d", "softmax", (np.float32(1.0),), {}, ValueError, "x must have at least one dimension"),
     ("softmax_empty_axis", "softmax", (f32(3, 0),), {}, ValueError, "zero-length last axis"),
     ("softmax_int", "softmax", (np.arange(4),), {}, TypeError, "x must be a float32 or float64"),
@@ -40,20 +46,26 @@ BAD = [
     ("ln_g_length", "layer_norm", (f32(3, 4), f32(5), f32(4)), {}, ValueError, "g must have shape (4,)"),
     ("ln_b_length", "layer_norm", (f32(3, 4), f32(4), f32(3)), {}, ValueError, "b must have shape (4,)"),
     ("ln_g_per_row", "layer_norm", (f32(3, 4), f32(3, 4), f32(4)), {}, ValueError, "g must have shape"),
-    ("ln_eps_negative", "layer_norm", (f32(3, 4), f32(4), f32(4)), {"eps": -1e-5}, ValueError, "eps must be >= 0"),
+    ("ln_eps_negative", "layer_norm", (f32(3, 4), f32(4), f32(4)), {"eps": -1e-5},
+     ValueError, "eps must be >= 0"),
     ("ln_eps_nan", "layer_norm", (f32(3, 4), f32(4), f32(4)), {"eps": float("nan")}, ValueError, "eps"),
     ("ln_X_int", "layer_norm", (np.ones((3, 4), int), f32(4), f32(4)), {}, TypeError, "X must be"),
     ("ln_g_str", "layer_norm", (f32(3, 4), np.array(["a"] * 4), f32(4)), {}, TypeError, "g must be"),
     ("ln_0d", "layer_norm", (np.float32(2), f32(1), f32(1)), {}, ValueError, "X must have at least one"),
     ("ln_empty_axis", "layer_norm", (f32(3, 0), f32(0), f32(0)), {}, ValueError, "zero-length last axis"),
-    ("offset_negative", "attention", (Q, Q, Q), {"causal": True, "q_offset": -1}, ValueError, "q_offset must be >= 0"),
-    ("offset_float", "attention", (Q, Q, Q), {"causal": True, "q_offset": 1.5}, TypeError, "q_offset must be an int"),
+    ("offset_negative", "attention", (Q, Q, Q), {"causal": True, "q_offset": -1},
+     ValueError, "q_offset must be >= 0"),
+    ("offset_float", "attention", (Q, Q, Q), {"causal": True, "q_offset": 1.5},
+     TypeError, "q_offset must be an int"),
     ("offset_not_causal", "attention", (Q, Q, Q), {"q_offset": 2}, ValueError, "pass causal=True"),
     ("relu_b_length", "bias_relu", (f32(3, 4), f32(5)), {}, ValueError, "b must have shape (4,)"),
     ("relu_x_int", "bias_relu", (np.ones((3, 4), int), f32(4)), {}, TypeError, "x must be"),
-    ("relu_out_overlap", "bias_relu", (f32(2, 4)[:, :2], f32(2)), {"out": f32(2, 4)[:, :2]}, ValueError, "C-contiguous"),
-    ("add_ln_shapes", "add_layer_norm", (f32(3, 4), f32(1, 4), f32(4), f32(4)), {}, ValueError, "R must have the shape of X"),
-    ("add_ln_g", "add_layer_norm", (f32(3, 4), f32(3, 4), f32(3), f32(4)), {}, ValueError, "g must have shape (4,)"),
+    ("relu_out_overlap", "bias_relu", (f32(2, 4)[:, :2], f32(2)), {"out": f32(2, 4)[:, :2]},
+     ValueError, "C-contiguous"),
+    ("add_ln_shapes", "add_layer_norm", (f32(3, 4), f32(1, 4), f32(4), f32(4)), {},
+     ValueError, "R must have the shape of X"),
+    ("add_ln_g", "add_layer_norm", (f32(3, 4), f32(3, 4), f32(3), f32(4)), {},
+     ValueError, "g must have shape (4,)"),
 ]
 
 
@@ -78,21 +90,25 @@ def test_odd_but_valid_inputs(any_backend, rng):
     # lists, mixed float32/float64 (promoted like NumPy: float64), read-only and reversed views
     assert_close(any_backend.attention(Qd.tolist(), Kd, Vd), expected, np.float64)
     Q32 = Qd.astype(np.float32)
-    assert_close(any_backend.attention(Q32, Kd, Vd), ref.attention(Q32.astype(np.float64), Kd, Vd), np.float64)
+    assert_close(any_backend.attention(Q32, Kd, Vd), ref.attention(Q32.astype(np.float64), Kd, Vd),
+                 np.float64)
     ro = Qd.copy()
     ro.flags.writeable = False
     assert_close(any_backend.attention(ro, Kd, Vd), expected, np.float64)
-    assert_close(any_backend.attention(Qd[::-1], Kd[::-1], Vd[::-1]), ref.attention(Qd[::-1], Kd[::-1], Vd[::-1]))
+    assert_close(any_backend.attention(Qd[::-1], Kd[::-1], Vd[::-1]),
+                 ref.attention(Qd[::-1], Kd[::-1], Vd[::-1]))
     # 0/1 integer and float masks read as np.where reads them
     mask = rng.random((6, 6)) < 0.5
     for as_numbers in (mask.astype(np.uint8), mask.astype(np.int64) * 7, mask.astype(np.float32)):
         assert_close(any_backend.attention(Qd, Kd, Vd, as_numbers), ref.attention(Qd, Kd, Vd, mask))
     # empty query axis and empty batch: empty results of the right shape
     assert any_backend.attention(np.ones((0, 5)), Kd, Vd).shape == (0, 5)
-    assert any_backend.attention(np.ones((2, 0, 5)), np.ones((2, 3, 5)), np.ones((2, 3, 4))).shape == (2, 0, 4)
+    empty_batch = any_backend.attention(np.ones((2, 0, 5)), np.ones((2, 3, 5)), np.ones((2, 3, 4)))
+    assert empty_batch.shape == (2, 0, 4)
     assert any_backend.softmax(np.ones((0, 3))).shape == (0, 3)
     assert_close(any_backend.softmax([1.0, 2.0, 3.0]), ref.softmax(np.array([1.0, 2.0, 3.0])))
-    assert_close(any_backend.layer_norm([[1.0, 2.0, 4.0]], 1.0, 0.0), ref.layer_norm(np.array([[1.0, 2.0, 4.0]]), 1.0, 0.0))
+    assert_close(any_backend.layer_norm([[1.0, 2.0, 4.0]], 1.0, 0.0),
+                 ref.layer_norm(np.array([[1.0, 2.0, 4.0]]), 1.0, 0.0))
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered")
@@ -101,12 +117,14 @@ def test_nan_and_inf_propagate_like_the_reference(any_backend):
     Qn[1, 2] = np.nan
     K = np.ones((5, 4))
     V = np.arange(20.0).reshape(5, 4)
-    np.testing.assert_array_equal(np.isnan(any_backend.attention(Qn, K, V)), np.isnan(ref.attention(Qn, K, V)))
+    np.testing.assert_array_equal(np.isnan(any_backend.attention(Qn, K, V)),
+                                  np.isnan(ref.attention(Qn, K, V)))
     mask = np.ones((3, 5), bool)
     Kn = K.copy()
     Kn[4] = np.nan
     mask[:, 4] = False  # a NaN key that is masked out does not reach the output
-    np.testing.assert_array_equal(any_backend.attention(Qn[[0, 2]], Kn, V, mask[[0, 2]]), ref.attention(Qn[[0, 2]], Kn, V, mask[[0, 2]]))
+    np.testing.assert_array_equal(any_backend.attention(Qn[[0, 2]], Kn, V, mask[[0, 2]]),
+                                  ref.attention(Qn[[0, 2]], Kn, V, mask[[0, 2]]))
     x = np.array([[1.0, np.inf, 0.0], [1.0, np.nan, 2.0], [-np.inf, 0.0, 1.0]])
     np.testing.assert_array_equal(np.isnan(any_backend.softmax(x)), np.isnan(ref.softmax(x)))
     assert_close(any_backend.softmax(x[2:]), ref.softmax(x[2:]))
@@ -150,15 +168,21 @@ MODEL_BAD = [
     ("Wq_shape", "multi_head", (X8, f32(8, 6), W8, W8, W8, 2), ValueError, "Wq must have shape (8, 8)"),
     ("Wo_shape", "multi_head", (X8, W8, W8, W8, f32(6, 8), 2), ValueError, "Wo must have shape (8, 8)"),
     ("mh_X_1d", "multi_head", (f32(8), W8, W8, W8, W8, 2), ValueError, "X must have at least 2"),
-    ("W1_rows", "feed_forward", (X8, f32(7, 16), f32(16), f32(16, 8), f32(8)), ValueError, "W1 must have shape (8, n)"),
-    ("b1_length", "feed_forward", (X8, f32(8, 16), f32(15), f32(16, 8), f32(8)), ValueError, "b1 must have shape (16,)"),
-    ("W2_shape", "feed_forward", (X8, f32(8, 16), f32(16), f32(16, 7), f32(8)), ValueError, "W2 must have shape (16, 8)"),
-    ("b2_length", "feed_forward", (X8, f32(8, 16), f32(16), f32(16, 8), f32(2, 8)), ValueError, "b2 must have shape (8,)"),
-    ("block_no_ffn", "block", (X8, {k: v for k, v in LAYER.items() if k != "ffn"}), ValueError, "p lacks 'ffn'"),
+    ("W1_rows", "feed_forward", (X8, f32(7, 16), f32(16), f32(16, 8), f32(8)),
+     ValueError, "W1 must have shape (8, n)"),
+    ("b1_length", "feed_forward", (X8, f32(8, 16), f32(15), f32(16, 8), f32(8)),
+     ValueError, "b1 must have shape (16,)"),
+    ("W2_shape", "feed_forward", (X8, f32(8, 16), f32(16), f32(16, 7), f32(8)),
+     ValueError, "W2 must have shape (16, 8)"),
+    ("b2_length", "feed_forward", (X8, f32(8, 16), f32(16), f32(16, 8), f32(2, 8)),
+     ValueError, "b2 must have shape (8,)"),
+    ("block_no_ffn", "block", (X8, {k: v for k, v in LAYER.items() if k != "ffn"}),
+     ValueError, "p lacks 'ffn'"),
     ("block_not_dict", "block", (X8, [1, 2]), TypeError, "p must be a dict"),
     ("ids_float", "transformer", (np.array([1.0, 2.0]), P_SMALL), TypeError, "token_ids must be integers"),
     ("ids_range", "transformer", (np.array([1, 11]), P_SMALL), ValueError, "token_ids must lie in [0, 11)"),
-    ("ids_negative", "transformer", (np.array([-1, 2]), P_SMALL), ValueError, "token_ids must lie in [0, 11)"),
+    ("ids_negative", "transformer", (np.array([-1, 2]), P_SMALL),
+     ValueError, "token_ids must lie in [0, 11)"),
     ("ids_too_long", "transformer", (np.arange(7), P_SMALL), ValueError, "exceed the 6 positions"),
     ("ids_2d", "transformer", (np.ones((2, 2), int), P_SMALL), ValueError, "token_ids must be 1-D"),
     ("ids_empty", "transformer", (np.array([], int), P_SMALL), ValueError, "token_ids is empty"),

@@ -6,7 +6,6 @@ Profiles: "ci" (default, ~1 minute) and "long" (HYPOTHESIS_PROFILE=long python -
 import os
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -45,7 +44,8 @@ def attention_problems(draw):
     Q = (rng.standard_normal(lead + (Sq, dk)) * scale).astype(dtype)
     K = rng.standard_normal(lead[-1:] + (Sk, dk)).astype(dtype)  # K, V broadcast over the first lead dim
     V = rng.standard_normal(lead[-1:] + (Sk, dv)).astype(dtype)
-    Q, K, V = (view(a, draw(st.sampled_from(["plain", "transposed", "reversed", "strided"]))) for a in (Q, K, V))
+    Q, K, V = (view(a, draw(st.sampled_from(["plain", "transposed", "reversed", "strided"])))
+               for a in (Q, K, V))
     kind = draw(st.sampled_from(["none", "causal", "offset", "random", "rows", "tile", "padding", "all"]))
     mask, causal = None, kind in ("causal", "offset")
     q_offset = draw(st.integers(0, Sk + 2)) if kind == "offset" else 0
@@ -117,5 +117,7 @@ def test_layer_norm_agrees_with_reference(any_backend, x, eps):
     # float32 input of magnitude m and spread s: the input itself is exact, but a result of
     # relative size m/s carries that much rounding in any float32 implementation's centring
     spread = np.sqrt(X.var(-1, keepdims=True)) + 1e-30
-    slack = np.finfo(x.dtype).eps * 8 * np.abs(X).max(-1, keepdims=True, initial=0) / spread * np.abs(g).max(initial=0)
-    np.testing.assert_array_less(np.abs(out - expected), TOL[x.dtype]["atol"] + TOL[x.dtype]["rtol"] * np.abs(expected) + slack + 1e-300)
+    slack = (np.finfo(x.dtype).eps * 8 * np.abs(X).max(-1, keepdims=True, initial=0) / spread
+             * np.abs(g).max(initial=0))
+    bound = TOL[x.dtype]["atol"] + TOL[x.dtype]["rtol"] * np.abs(expected) + slack + 1e-300
+    np.testing.assert_array_less(np.abs(out - expected), bound)

@@ -2,8 +2,9 @@
 import numpy as np
 import pytest
 
-from conftest import DTYPES, assert_close, f64
 from silkattn import reference as ref
+
+from conftest import DTYPES, assert_close, f64
 
 SHAPES = [(1, 1), (3, 5), (7, 64), (2, 3, 512), (100, 1000), (33, 768), (0, 8), (9,)]
 
@@ -32,7 +33,8 @@ def test_layer_norm_views_eps_and_broadcast_params(backend, rng, dtype):
         n = view.shape[-1]
         assert_close(backend.layer_norm(view, g[:n], b[:n], eps=1e-3),
                      ref.layer_norm(*f64(view, g[:n], b[:n]), eps=1e-3), dtype)
-    assert_close(backend.layer_norm(X, dtype(2), b[None, :]), ref.layer_norm(*f64(X, dtype(2), b[None, :])), dtype)
+    assert_close(backend.layer_norm(X, dtype(2), b[None, :]),
+                 ref.layer_norm(*f64(X, dtype(2), b[None, :])), dtype)
     constant = np.full((3, 96), 7, dtype)  # zero variance: the result is b
     assert_close(backend.layer_norm(constant, g, b), ref.layer_norm(*f64(constant, g, b)), dtype)
 

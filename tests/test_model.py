@@ -8,11 +8,12 @@ import types
 import numpy as np
 import pytest
 
-import seed_model
 import silkattn
-from conftest import DTYPES, assert_close, f64
 from silkattn import reference as ref
 from silkattn._backends import MODULES
+
+import seed_model
+from conftest import DTYPES, assert_close, f64
 
 
 def listing_style_module():
@@ -23,7 +24,8 @@ def listing_style_module():
     line = "    scores = Q @ np.swapaxes(K, -1, -2) / np.float32(np.sqrt(d_k)).astype(Q.dtype)"
     assert line in source
     module = types.ModuleType("seed_model_f64")
-    exec(compile(source.replace(line, "    scores = Q @ K.T / np.sqrt(d_k)"), "seed_model_f64", "exec"), module.__dict__)
+    listing = source.replace(line, "    scores = Q @ K.T / np.sqrt(d_k)")
+    exec(compile(listing, "seed_model_f64", "exec"), module.__dict__)
     return module
 
 
@@ -35,7 +37,9 @@ def small_model(dtype, vocab=37, seed=0):
 
 
 def f64_params(P):
-    conv = lambda x: np.asarray(x, np.float64) if isinstance(x, np.ndarray) else x
+    def conv(x):
+        return np.asarray(x, np.float64) if isinstance(x, np.ndarray) else x
+
     return {"emb": conv(P["emb"]), "pos": conv(P["pos"]),
             "layers": [{k: (tuple(map(conv, v)) if isinstance(v, tuple) else v) for k, v in L.items()}
                        for L in P["layers"]]}
@@ -49,7 +53,8 @@ def test_kernels_at_top_level(on_backend, rng, dtype):
     assert_close(silkattn.layer_norm(x, g, b), ref.layer_norm(*f64(x, g, b)), dtype)
     mask = rng.random((5, 5)) < 0.6
     assert_close(silkattn.attention(x, x, x, mask), ref.attention(*f64(x, x, x), mask), dtype)
-    assert_close(silkattn.attention(x, x, x, causal=True), ref.attention(*f64(x, x, x), ref.causal_mask(5)), dtype)
+    assert_close(silkattn.attention(x, x, x, causal=True),
+                 ref.attention(*f64(x, x, x), ref.causal_mask(5)), dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -74,7 +79,8 @@ def test_feed_forward_block_transformer(on_backend, rng, dtype):
     layer["ffn"] = tuple(w + dtype(0.05) for w in layer["ffn"])  # nonzero biases
     layer64["ffn"] = tuple(np.asarray(w, np.float64) for w in layer["ffn"])
     X = rng.standard_normal((2, 12, 32)).astype(dtype)
-    assert_close(silkattn.feed_forward(X, *layer["ffn"]), ref.feed_forward(X.astype(np.float64), *layer64["ffn"]), dtype)
+    assert_close(silkattn.feed_forward(X, *layer["ffn"]),
+                 ref.feed_forward(X.astype(np.float64), *layer64["ffn"]), dtype)
     mask = ref.causal_mask(12)
     assert_close(silkattn.block(X, layer, mask), ref.block(X.astype(np.float64), layer64, mask), dtype)
     ids = rng.integers(0, 37, 20)
@@ -86,7 +92,8 @@ def test_feed_forward_follows_numpy_promotion(rng):
     W1, W2 = np.eye(8, 16, dtype=np.float32), np.eye(16, 8, dtype=np.float32)
     out = silkattn.feed_forward(X, W1, np.zeros(16), W2, np.zeros(8, np.float32))  # float64 bias
     assert out.dtype == ref.feed_forward(X, W1, np.zeros(16), W2, np.zeros(8, np.float32)).dtype == np.float64
-    H = silkattn.feed_forward(np.full((2, 8), np.nan, np.float32), W1, np.zeros(16, np.float32), W2, np.zeros(8, np.float32))
+    H = silkattn.feed_forward(np.full((2, 8), np.nan, np.float32), W1, np.zeros(16, np.float32),
+                              W2, np.zeros(8, np.float32))
     assert np.isnan(H).all()  # NaN survives the fused ReLU, as with np.maximum
 
 
@@ -165,11 +172,13 @@ def test_decoder_config_reads_and_makes_the_dict_layout():
 
 @pytest.mark.parametrize("damage, text", [
     (lambda P: P.pop("pos"), "P lacks 'pos'"),
-    (lambda P: P["layers"][1].__setitem__("attn", P["layers"][1]["attn"][:3]), r"\['attn'\] must hold 4 arrays"),
+    (lambda P: P["layers"][1].__setitem__("attn", P["layers"][1]["attn"][:3]),
+     r"\['attn'\] must hold 4 arrays"),
     (lambda P: P["layers"][1].__setitem__("h", 2), "one head count per model"),
     (lambda P: P["layers"][0].__setitem__("ffn", (np.ones((32, 63)),) + P["layers"][0]["ffn"][1:]),
      r"P\['layers'\]\[0\]\['ffn'\] b1 must have shape \(63,\)"),
-    (lambda P: P["layers"][1].__setitem__("ln2", (np.ones(31), np.zeros(32))), r"\['ln2'\] g must have shape \(32,\)"),
+    (lambda P: P["layers"][1].__setitem__("ln2", (np.ones(31), np.zeros(32))),
+     r"\['ln2'\] g must have shape \(32,\)"),
     (lambda P: P.__setitem__("pos", P["pos"][:, :16]), r"P\['pos'\] \(max_len, d\)"),
 ])
 def test_transformer_names_the_parameter_that_does_not_fit(on_backend, damage, text):

@@ -44,13 +44,15 @@ SCRIPT = textwrap.dedent("""
         np.testing.assert_allclose(sn.softmax(x), ref.softmax(*f64(x)), **TOL[np.dtype(dtype)])
         X = (1e3 + rng.standard_normal((4, 37))).astype(dtype)
         g, b = rng.standard_normal(37).astype(dtype), rng.standard_normal(37).astype(dtype)
-        np.testing.assert_allclose(sn.layer_norm(X, g, b), ref.layer_norm(*f64(X, g, b)), **TOL[np.dtype(dtype)])
+        np.testing.assert_allclose(sn.layer_norm(X, g, b), ref.layer_norm(*f64(X, g, b)),
+                                   **TOL[np.dtype(dtype)])
     print("nojit ok")
 """)
 
 
 def test_numba_kernels_run_as_python():
     env = dict(os.environ, NUMBA_DISABLE_JIT="1")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True,
+                          timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "nojit ok" in proc.stdout

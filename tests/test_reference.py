@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from silkattn import reference as ref
+
 from loops import attention_loops, layer_norm_loops, softmax_loops
 
 ATT_SHAPES = [  # (lead_q, lead_kv, Sq, Sk, d_k, d_v)
@@ -34,7 +35,8 @@ def test_attention_matches_loops(rng, shape, masking):
     Q, K, V = _qkv(rng, *shape)
     Sq, Sk = shape[2], shape[3]
     mask = {"none": None, "causal": ref.causal_mask(Sq, Sk), "random": rng.random((Sq, Sk)) < 0.6}[masking]
-    np.testing.assert_allclose(ref.attention(Q, K, V, mask), attention_loops(Q, K, V, mask), rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(ref.attention(Q, K, V, mask), attention_loops(Q, K, V, mask),
+                               rtol=1e-12, atol=1e-13)
 
 
 def test_attention_2d_is_exactly_the_listing(rng):
@@ -104,13 +106,15 @@ def test_multi_head_matches_a_loop_over_heads(rng):
     mask = ref.causal_mask(seq)
     Q, K, V = X @ Wq, X @ Wk, X @ Wv
     dk = d // h
-    legs = [attention_loops(Q[:, i * dk:(i + 1) * dk], K[:, i * dk:(i + 1) * dk], V[:, i * dk:(i + 1) * dk], mask)
+    legs = [attention_loops(Q[:, i * dk:(i + 1) * dk], K[:, i * dk:(i + 1) * dk],
+                            V[:, i * dk:(i + 1) * dk], mask)
             for i in range(h)]
     expected = np.concatenate(legs, axis=-1) @ Wo
     np.testing.assert_allclose(ref.multi_head(X, Wq, Wk, Wv, Wo, h, mask), expected, rtol=1e-12, atol=1e-13)
     batched = ref.multi_head(np.stack([X, X[::-1]]), Wq, Wk, Wv, Wo, h, mask)
     np.testing.assert_allclose(batched[0], expected, rtol=1e-13, atol=1e-14)
-    np.testing.assert_allclose(batched[1], ref.multi_head(X[::-1].copy(), Wq, Wk, Wv, Wo, h, mask), rtol=1e-13)
+    np.testing.assert_allclose(batched[1], ref.multi_head(X[::-1].copy(), Wq, Wk, Wv, Wo, h, mask),
+                               rtol=1e-13)
 
 
 def test_multi_head_rejects_h_not_dividing_d(rng):

@@ -62,7 +62,8 @@ def test_more_than_2_to_the_31_scores_in_one_head(backend):
     mask[rows[-2]] = False           # a fully masked row near the end: mean(V)
     out = backend.attention(Q, K, V, mask)
     np.testing.assert_allclose(out[rows], ref.attention(Q[rows].astype(np.float64), K.astype(np.float64),
-                                                        V.astype(np.float64), mask[rows]), rtol=1e-4, atol=1e-5)
+                                                        V.astype(np.float64), mask[rows]),
+                               rtol=1e-4, atol=1e-5)
 
 
 def test_impossible_allocation_is_a_memory_error(backend):

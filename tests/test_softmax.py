@@ -2,8 +2,9 @@
 import numpy as np
 import pytest
 
-from conftest import DTYPES, assert_close, f64
 from silkattn import reference as ref
+
+from conftest import DTYPES, assert_close, f64
 
 SHAPES = [(1,), (5,), (3, 1), (4, 7), (17, 33), (2, 3, 130), (64, 1000), (0, 4)]
 

@@ -9,8 +9,7 @@ Layout (data flows one way: models -> ops -> _api -> kernels):
 The top-level functions are the listing's names on the current backend; choose one with
 set_backend(name), `with use_backend(name):` or SILKATTN_BACKEND.
 """
-from . import _openblas  # noqa: F401  (numpy's idle BLAS threads sleep: see the module)
-from . import models, ops, reference
+from . import _openblas, models, ops, reference  # noqa: F401  (_openblas: numpy's idle BLAS threads sleep)
 from ._backends import backends, get_backend, set_backend, use_backend
 from ._patch import patch, patched, unpatch
 from ._threads import get_num_threads, set_num_threads

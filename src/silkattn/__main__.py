@@ -14,7 +14,9 @@ def demo(args):
     P = ref.init_params(args.vocab, seed=args.seed)  # the paper's N = 6, d = 512, h = 8, d_ff = 2048
     prompt = np.random.default_rng(args.seed).integers(0, args.vocab, args.tokens)
     timings = {}
-    for name, fn in (("reference", ref.transformer), (f"silkattn ({silkattn.get_backend()})", silkattn.transformer)):
+    contenders = (("reference", ref.transformer),
+                  (f"silkattn ({silkattn.get_backend()})", silkattn.transformer))
+    for name, fn in contenders:
         fn(prompt, P)  # warm-up (Numba compiles or loads its cache here)
         start = time.perf_counter()
         logits = fn(prompt, P)
@@ -24,7 +26,8 @@ def demo(args):
     top = np.argsort(probs)[::-1][:5]
     print(f"silkattn {silkattn.__version__}: decoder N=6, d=512, h=8, d_ff=2048, vocab={args.vocab}, "
           f"{logits.dtype}, random weights (seed {args.seed})")
-    print(f"prompt ({args.tokens} tokens): {' '.join(map(str, prompt[:12]))}{' ...' if args.tokens > 12 else ''}")
+    print(f"prompt ({args.tokens} tokens): {' '.join(map(str, prompt[:12]))}"
+          f"{' ...' if args.tokens > 12 else ''}")
     print(f"next-token prediction: {top[0]} (p = {probs[top[0]]:.4f}); top 5: "
           + ", ".join(f"{t}:{probs[t]:.4f}" for t in top))
     print(f"forward pass: reference {t_ref * 1e3:.1f} ms, silkattn {t_fast * 1e3:.1f} ms; "
@@ -38,7 +41,8 @@ def demo(args):
 def bench(args):
     from silkattn import _bench
 
-    ours = [name for name, status in silkattn.backends().items() if name != "numpy" and status.startswith("available")]
+    ours = [name for name, status in silkattn.backends().items()
+            if name != "numpy" and status.startswith("available")]
     contenders = ours + ["numpy"]
     pythons = {}
     torch_python = args.torch_python or sys.executable
@@ -67,11 +71,13 @@ def bench(args):
     info = _bench.machine()
     start = time.perf_counter()
     rounds = args.rounds or (3 if args.full else 2)
-    results = _bench.run(cases, contenders, threads, rounds, pythons, progress, min_time=0.25 if args.full else 0.05)
+    min_time = 0.25 if args.full else 0.05
+    results = _bench.run(cases, contenders, threads, rounds, pythons, progress, min_time=min_time)
     print(file=sys.stderr)
+    libraries = ("silkattn", "numpy", "numba", "torch", "python")
+    versions = ", ".join(f"{k} {info[k]}" for k in libraries if k in info)
     print(f"cpu: {info['cpu']} ({info['cores']} cores; {info.get('cpu_isa')}); silkattn kernels: "
-          f"{info.get('silkattn_isa')}; " + ", ".join(f"{k} {info[k]}" for k in ("silkattn", "numpy", "numba", "torch",
-                                                                               "python") if k in info))
+          f"{info.get('silkattn_isa')}; {versions}")
     print(f"each contender in its own process, {rounds} alternating rounds, medians; "
           f"ratios = silkattn time / rival time ({time.perf_counter() - start:.0f} s)"
           + (f"; base-* = {args.baseline}" if args.baseline else ""))
@@ -87,7 +93,8 @@ def bench(args):
         import json
         with open(args.json, "w") as f:
             json.dump({"machine": info, "cases": cases, "contenders": contenders, "rounds": rounds,
-                       "seconds": {str(t): r for t, r in results.items()}, "extra_memory_mib": mib}, f, indent=1)
+                       "seconds": {str(t): r for t, r in results.items()}, "extra_memory_mib": mib},
+                      f, indent=1)
         print(f"wrote {args.json}")
     if args.plot:
         try:
@@ -108,7 +115,7 @@ def main(argv=None):
     b.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
     b.add_argument("--dtype", choices=["float32", "float64"], help="only the cases of this dtype")
     b.add_argument("--match", help="only the cases whose name (as printed) matches this regular expression")
-    b.add_argument("--rounds", type=int, help="alternating rounds per contender (default 2, or 3 with --full)")
+    b.add_argument("--rounds", type=int, help="alternating rounds per contender (default 2; 3 with --full)")
     b.add_argument("--torch-python", help="a python with torch installed, if not this one")
     b.add_argument("--baseline", metavar="PYTHON",
                    help="a python with another silkattn installed (e.g. the last release): its backends are "

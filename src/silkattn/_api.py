@@ -54,7 +54,7 @@ def check_out(out, shape, dtype, inputs, same_as=None):
                          f"got {out.shape} and {out.dtype}")
     if not out.flags.c_contiguous or not out.flags.writeable:
         raise ValueError("out must be a writeable C-contiguous array")
-    inplace = same_as is not None and out.ctypes.data == same_as.ctypes.data and out.strides == same_as.strides
+    inplace = same_as is not None and (out.ctypes.data, out.strides) == (same_as.ctypes.data, same_as.strides)
     if any(np.may_share_memory(out, x) for x in inputs if not (inplace and x is same_as)):
         raise ValueError("out must not overlap an input array")
     return out
@@ -64,7 +64,8 @@ def _along_last_axis(a, n, dtype, name):
     """A gain or bias as a contiguous (n,) vector, or a ValueError if it varies along other axes."""
     a = as_float_array(a, name)
     if a.ndim and (a.shape[-1] not in (1, n) or any(s != 1 for s in a.shape[:-1])):
-        raise ValueError(f"{name} must have shape ({n},) (or broadcast to it along the last axis), got {a.shape}")
+        raise ValueError(f"{name} must have shape ({n},) (or broadcast to it along the last axis), "
+                         f"got {a.shape}")
     return np.ascontiguousarray(np.broadcast_to(a.reshape(-1)[-1:] if a.size == 1 else a.reshape(-1), (n,)),
                                 dtype=dtype)
 
@@ -138,8 +139,9 @@ def add_layer_norm(kernels, X, R, g, b, eps=1e-5):
         return S, layer_norm(kernels, S, g, b, eps)
     S = np.empty(X.shape, sdtype)
     n = X.shape[-1]
-    kernels.add_layer_norm(_rows(X.astype(sdtype, copy=False)), _rows(R.astype(sdtype, copy=False)), g, b, eps,
-                           S.reshape(-1, n), out.reshape(-1, n), threads_for(X.size, ROW_WORK))
+    X, R = (_rows(a.astype(sdtype, copy=False)) for a in (X, R))
+    kernels.add_layer_norm(X, R, g, b, eps, S.reshape(-1, n), out.reshape(-1, n),
+                           threads_for(S.size, ROW_WORK))
     return S, out
 
 
@@ -245,7 +247,10 @@ def _flat_rows(a, lead):
         a = np.ascontiguousarray(a)
     steps = [0 if n == 1 else s // item for n, s in zip(a.shape, a.strides)]
     span = 1 + sum((n - 1) * s for n, s in zip(a.shape, steps))
-    flat = a.reshape(-1) if a.flags.c_contiguous else np.lib.stride_tricks.as_strided(a, (span,), (item,), writeable=False)
+    if a.flags.c_contiguous:
+        flat = a.reshape(-1)
+    else:
+        flat = np.lib.stride_tricks.as_strided(a, (span,), (item,), writeable=False)
     lead_steps = [0] * (len(lead) - (a.ndim - 2)) + steps[:-2]
     offsets = np.zeros(lead, np.int64)
     for axis, (n, s) in enumerate(zip(lead, lead_steps)):
@@ -257,8 +262,9 @@ def _plain(Q, K, V):
     """True for the everyday call: same-dtype C-contiguous float arrays, equal lead dims, no empty
     axis. Such a call is checked by these few comparisons instead of the general path, whose
     bookkeeping would dominate a small call."""
-    return (type(Q) is type(K) is type(V) is np.ndarray and Q.dtype == K.dtype == V.dtype and Q.dtype in FLOATS
-            and Q.ndim == K.ndim == V.ndim >= 2 and Q.shape[:-2] == K.shape[:-2] == V.shape[:-2]
+    return (type(Q) is type(K) is type(V) is np.ndarray
+            and Q.dtype == K.dtype == V.dtype and Q.dtype in FLOATS and Q.ndim == K.ndim == V.ndim >= 2
+            and Q.shape[:-2] == K.shape[:-2] == V.shape[:-2]
             and Q.shape[-1] == K.shape[-1] and K.shape[-2] == V.shape[-2] and Q.size and K.size and V.size
             and Q.flags.c_contiguous and K.flags.c_contiguous and V.flags.c_contiguous)
 
@@ -300,7 +306,7 @@ def attention(kernels, Q, K, V, mask=None, *, causal=False, q_offset=0, out=None
         return out
     a = attention_operands(Q, K, V, mask, out)
     if a.out.size:
-        B = len(a.offsets)
-        kernels.attention(a.q, a.k, a.v, a.mask, a.out.reshape(-1), a.offsets, a.strides, a.Sq, a.Sk, a.dk, a.dv,
-                          causal, q_offset, a.masked, threads_for(B * a.Sq * a.Sk * (a.dk + a.dv), ATTENTION_WORK))
+        work = len(a.offsets) * a.Sq * a.Sk * (a.dk + a.dv)
+        kernels.attention(a.q, a.k, a.v, a.mask, a.out.reshape(-1), a.offsets, a.strides, a.Sq, a.Sk, a.dk,
+                          a.dv, causal, q_offset, a.masked, threads_for(work, ATTENTION_WORK))
     return a.out

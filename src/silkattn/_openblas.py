@@ -2,12 +2,9 @@
 
 OpenBLAS (pthreads build, numpy's wheels) keeps each idle worker spinning for 2^28 cycles (about
 0.1 s) after every call. The model alternates numpy GEMMs with silkattn's kernels, so each kernel's
-second thread shared a core with a spinning worker. The 2-thread seed-sized decoder, OpenBLAS's
-default against 2^18 cycles (`python bench/idle_threads.py --cases model`, one run): 974 against
-760 ms at S = 2048 and 186 against 175 ms at S = 512, but 53 against 61 ms at S = 128 (unexplained;
-2-thread figures at S = 128 move by 20% between runs here). Back-to-back GEMMs are unaffected;
-a small GEMM issued after an idle gap of more than about a millisecond pays the wake-up of the
-worker (tens of microseconds).
+second thread shared a core with a spinning worker (`python bench/idle_threads.py --cases model`
+measures both settings; the README quotes the figures). Back-to-back GEMMs are unaffected; a small
+GEMM issued after an idle gap of more than about a millisecond pays the wake-up of the worker.
 
 OpenBLAS reads OPENBLAS_THREAD_TIMEOUT (log2 of the cycles) when it starts its workers, which
 happens when numpy is imported. So, unless the user set it (or GOTO_THREAD_TIMEOUT), silkattn sets

@@ -113,7 +113,8 @@ def init_params(vocab, d=512, h=8, n_layers=6, d_ff=2048, max_len=2048, seed=0, 
     def layer():  # fresh arrays per layer, so editing one layer's weights leaves the others
         ones, zeros = np.ones(d, dtype), np.zeros(d, dtype)
         return {"ln1": (ones, zeros.copy()), "attn": (w(d, d), w(d, d), w(d, d), w(d, d)), "h": h,
-                "ln2": (ones.copy(), zeros.copy()), "ffn": (w(d, d_ff), np.zeros(d_ff, dtype), w(d_ff, d), zeros)}
+                "ln2": (ones.copy(), zeros.copy()),
+                "ffn": (w(d, d_ff), np.zeros(d_ff, dtype), w(d_ff, d), zeros)}
 
     return {"emb": w(vocab, d), "pos": positional_encoding(max_len, d).astype(dtype),
             "layers": [layer() for _ in range(n_layers)]}

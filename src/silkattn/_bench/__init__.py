@@ -125,7 +125,8 @@ def scaling(cases, results, ours):
     lines = [f"{'2-thread speed-up':44s} " + " ".join(f"{n:>10s}" for n in ours)]
     for i, c in enumerate(cases):
         if c["op"] == "attention":
-            lines.append(f"{case_name(c):44s} " + " ".join(_ratio(results[1][n][i], results[2][n][i], 11) for n in ours))
+            speedups = (_ratio(results[1][n][i], results[2][n][i], 11) for n in ours)
+            lines.append(f"{case_name(c):44s} " + " ".join(speedups))
     return "\n".join(lines)
 
 
@@ -168,7 +169,8 @@ def plot(cases, results, contenders, path):
                and c["causal"] == causal and c["dtype"] == "float32"]
         S = [cases[i]["S"] for i in idx]
         for name in contenders:
-            ax.plot(S, [case_gflop(cases[i]) / results[threads][name][i] for i in idx], marker="o", label=name)
+            rates = [case_gflop(cases[i]) / results[threads][name][i] for i in idx]
+            ax.plot(S, rates, marker="o", label=name)
         if "sgemm" in results[threads]:
             ax.axhline(results[threads]["sgemm"], color="grey", linestyle="--", label="numpy sgemm (ceiling)")
         ax.set_xscale("log", base=2)

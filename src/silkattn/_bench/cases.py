@@ -62,7 +62,8 @@ def attention_cases(full):
                 for causal in (False, True):
                     quick = dtype == "float32" and (S == 512 or (S == 2048 and not heads))
                     if full or quick:
-                        cases.append(dict(op="attention", S=S, heads=heads, dk=64, causal=causal, dtype=dtype))
+                        cases.append(dict(op="attention", S=S, heads=heads, dk=64, causal=causal,
+                                          dtype=dtype))
     return cases
 
 
@@ -86,10 +87,13 @@ def _attention_reference(c, args):
     return Call(lambda: ref.attention(*args, mask))
 
 
+def _attention_label(c):
+    shape = f"({c['S']},{c['dk']})" if not c["heads"] else f"(1,{c['heads']},{c['S']},{c['dk']})"
+    return f"attention {shape}{' causal' if c['causal'] else ''} {c['dtype']}"
+
+
 ATTENTION = Op(
-    "attention", attention_cases,
-    label=lambda c: (f"attention ({c['S']},{c['dk']})" if not c["heads"] else
-                     f"attention (1,{c['heads']},{c['S']},{c['dk']})") + f"{' causal' if c['causal'] else ''} {c['dtype']}",
+    "attention", attention_cases, label=_attention_label,
     inputs=lambda c: [_rng().standard_normal(_attention_shape(c)).astype(c["dtype"]) for _ in range(3)],
     silkattn=lambda c, args, sa: Call(lambda: sa.attention(*args, causal=c["causal"])),
     rivals={"numpy": _attention_reference, "torch": _attention_torch},
@@ -106,7 +110,9 @@ def _rows_label(c):
 def _rows_inputs(c):
     rng = _rng()
     x = rng.standard_normal((c["rows"], c["n"])).astype(c["dtype"])
-    return [x] + [rng.standard_normal(c["n"]).astype(c["dtype"]) for _ in range(2 if c["op"] == "layer_norm" else 0)]
+    if c["op"] == "softmax":
+        return [x]
+    return [x] + [rng.standard_normal(c["n"]).astype(c["dtype"]) for _ in range(2)]  # g, b
 
 
 def _softmax_torch(c, args):
@@ -119,7 +125,8 @@ def _layer_norm_torch(c, args):
     torch = _torch()
     import torch.nn.functional as F
     t = [torch.from_numpy(a) for a in args]
-    return Call(_inference(torch, lambda: F.layer_norm(t[0], (c["n"],), t[1], t[2], eps=1e-5)), lambda out: out.numpy())
+    return Call(_inference(torch, lambda: F.layer_norm(t[0], (c["n"],), t[1], t[2], eps=1e-5)),
+                lambda out: out.numpy())
 
 
 def _reference_op(name):
@@ -190,7 +197,8 @@ def _decoder_silkattn(c, a, sa):
 
 
 def _decoder_cases(op):
-    return lambda full: [dict(op=op, S=S, d=512, h=8, dtype="float32") for S in ((128, 512, 2048) if full else (512,))]
+    sizes = {True: (128, 512, 2048), False: (512,)}
+    return lambda full: [dict(op=op, S=S, d=512, h=8, dtype="float32") for S in sizes[full]]
 
 
 MULTI_HEAD = Op(

@@ -38,10 +38,12 @@ class DecoderConfig:
         naming the first that does not)."""
         for key in ("emb", "pos", "layers"):
             if key not in P:
-                raise ValueError(f"P lacks {key!r}: a decoder's parameters are emb, pos, layers (init_params' layout)")
+                raise ValueError(f"P lacks {key!r}: a decoder's parameters are emb, pos, layers "
+                                 "(init_params' layout)")
         emb, pos, layers = np.asarray(P["emb"]), np.asarray(P["pos"]), P["layers"]
         if emb.ndim != 2 or pos.ndim != 2 or pos.shape[1] != emb.shape[1]:
-            raise ValueError(f"P['emb'] must be (vocab, d) and P['pos'] (max_len, d), got {emb.shape} and {pos.shape}")
+            raise ValueError(f"P['emb'] must be (vocab, d) and P['pos'] (max_len, d), "
+                             f"got {emb.shape} and {pos.shape}")
         (vocab, d), max_len = emb.shape, len(pos)
         if not layers:
             return cls(vocab, d, 1, 0, 1, max_len)
@@ -50,7 +52,8 @@ class DecoderConfig:
         h, d_ff = layers[0]["h"], np.shape(layers[0]["ffn"][0])[-1]
         for i, p in enumerate(layers):
             if p["h"] != h:
-                raise ValueError(f"P['layers'][{i}]['h'] is {p['h']}, layer 0's is {h}: one head count per model")
+                raise ValueError(f"P['layers'][{i}]['h'] is {p['h']}, layer 0's is {h}: "
+                                 "one head count per model")
             for part, n in (("ln1", 2), ("attn", 4), ("ln2", 2), ("ffn", 4)):
                 if len(p[part]) != n:
                     raise ValueError(f"P['layers'][{i}][{part!r}] must hold {n} arrays, got {len(p[part])}")

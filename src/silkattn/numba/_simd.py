@@ -65,7 +65,8 @@ if numba.config.DISABLE_JIT:
     def vexp(v):
         lo = -87.33654 if v.dtype == np.float32 else -708.0
         with np.errstate(under="ignore", over="ignore"):
-            return np.where(v < lo, 0, np.exp(np.minimum(v, 88.0 if v.dtype == np.float32 else 709.0))).astype(v.dtype)
+            hi = 88.0 if v.dtype == np.float32 else 709.0
+            return np.where(v < lo, 0, np.exp(np.minimum(v, hi))).astype(v.dtype)
 else:
     from llvmlite import ir
     from numba.core import cgutils, types
@@ -83,7 +84,8 @@ else:
     @register_model(Vec)
     class VecModel(models.PrimitiveModel):
         def __init__(self, dmm, fe_type):
-            super().__init__(dmm, fe_type, ir.VectorType(dmm.lookup(fe_type.dtype).get_value_type(), fe_type.lanes))
+            lane = dmm.lookup(fe_type.dtype).get_value_type()
+            super().__init__(dmm, fe_type, ir.VectorType(lane, fe_type.lanes))
 
     def _vec_of(dtype):
         return Vec(dtype, LANES[dtype]) if dtype in LANES else None
@@ -94,7 +96,8 @@ else:
     def _splat_value(builder, llvec, x):
         undef = ir.Constant(llvec, ir.Undefined)
         v = builder.insert_element(undef, x, ir.Constant(ir.IntType(32), 0))
-        return builder.shuffle_vector(v, undef, ir.Constant(ir.VectorType(ir.IntType(32), llvec.count), [0] * llvec.count))
+        zeros = ir.Constant(ir.VectorType(ir.IntType(32), llvec.count), [0] * llvec.count)
+        return builder.shuffle_vector(v, undef, zeros)
 
     def _const(llvec, x):
         return ir.Constant(llvec, [x] * llvec.count)
@@ -207,8 +210,9 @@ else:
         n = v.type.count
         while n > 1:
             n //= 2
-            lo = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(ir.IntType(32), n), list(range(n))))
-            hi = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(ir.IntType(32), n), list(range(n, 2 * n))))
+            lanes = ir.VectorType(ir.IntType(32), n)
+            lo = builder.shuffle_vector(v, v, ir.Constant(lanes, list(range(n))))
+            hi = builder.shuffle_vector(v, v, ir.Constant(lanes, list(range(n, 2 * n))))
             v = combine(lo, hi)
         return builder.extract_element(v, ir.Constant(ir.IntType(32), 0))
 
@@ -227,7 +231,9 @@ else:
             return None
 
         def codegen(context, builder, sig, args):
-            return _reduce(builder, args[0], lambda x, y: builder.select(builder.fcmp_ordered(">", y, x), y, x))
+            def larger(x, y):
+                return builder.select(builder.fcmp_ordered(">", y, x), y, x)
+            return _reduce(builder, args[0], larger)
         return v.dtype(v), codegen
 
     @intrinsic
@@ -256,7 +262,8 @@ else:
                 poly = [1.0 / math.factorial(k) for k in range(12, 1, -1)]
                 ity, bias, shift = ir.IntType(64), 1023, 52
             ivec = ir.VectorType(ity, llvec.count)
-            C = lambda c: _const(llvec, c)
+            def C(c):
+                return _const(llvec, c)
             under = builder.fcmp_ordered("<", x, C(lo))
             xc = builder.select(under, C(lo), x)  # no upper clamp: callers pass x <= 0 (see above)
             fx = _vintrinsic(builder, "floor", [_fma(builder, xc, C(1.4426950408889634), C(0.5))])
@@ -267,6 +274,7 @@ else:
                 p = _fma(builder, p, r, C(c))
             y = builder.fadd(_fma(builder, p, builder.fmul(r, r), r), C(1.0))
             n = builder.fptosi(fx, ivec)
-            pow2 = builder.bitcast(builder.shl(builder.add(n, _const(ivec, bias)), _const(ivec, shift)), llvec)
+            biased = builder.add(n, _const(ivec, bias))
+            pow2 = builder.bitcast(builder.shl(biased, _const(ivec, shift)), llvec)
             return builder.select(under, C(0.0), builder.fmul(y, pow2))
         return v(v), codegen

@@ -331,7 +331,8 @@ def attention_tiles(q, kp, vp, mask, out, qoff, moff, unit, qs, ms, Sq, Sk, dk, 
                 i = i0 + r
                 ob = (b * Sq + i) * dv
                 if mrun[r] < EXACT_BELOW:
-                    _exact_row(q, kp, vp, mask, out[ob:ob + dv], qoff[b] + i * qs, u, moff[b] + i * ms, i + q_offset,
+                    _exact_row(q, kp, vp, mask, out[ob:ob + dv], qoff[b] + i * qs, u, moff[b] + i * ms,
+                               i + q_offset,
                                Sk, dk, dv, scale, causal, masked, work[tid, o_row:o_row + Sk])
                 else:
                     inv = lrun[r]

@@ -45,7 +45,8 @@ def attention(q, k, v, mask, out, offsets, strides, Sq, Sk, d_k, d_v, causal, q_
     sched, starts = _schedule(len(offsets), Sq, Sk, bool(causal), int(q_offset), nthreads)
     _attention.attention_tiles(q, kp, vp, mask, out, np.ascontiguousarray(offsets[:, 0]),
                                np.ascontiguousarray(offsets[:, 3]), unit, int(strides[0]), int(strides[3]),
-                               Sq, Sk, d_k, d_v, bool(causal), int(q_offset), bool(masked), sched, starts, work)
+                               Sq, Sk, d_k, d_v, bool(causal), int(q_offset), bool(masked), sched, starts,
+                               work)
 
 
 _local = threading.local()
