@@ -10,12 +10,11 @@ recorded in extra_info.
 """
 import os
 
-import numpy as np
 import pytest
 
 import silkattn
 from silkattn._bench import cases as specs
-from silkattn._testing import assert_close
+from silkattn._testing import assert_matches
 
 THREADS = int(os.environ.get("SILKATTN_BENCH_THREADS", silkattn.get_num_threads()))
 OURS = [name for name, status in silkattn.backends().items()
@@ -39,15 +38,14 @@ def run_case(benchmark, contender, case):
     if call is None:
         pytest.skip(f"{contender} has no {case['op']} call")
     expected = specs.build("numpy", dict(case, dtype="float64")).run()
-    assert_close(call.result(call.run()), np.asarray(expected, np.float64).astype(case["dtype"]),
-                 case["dtype"])
+    assert_matches(call.result(call.run()), expected, case["dtype"])
     benchmark.group = specs.case_name(case)
     benchmark.extra_info.update(threads=THREADS, contender=contender)
     benchmark.pedantic(call.run, warmup_rounds=2, rounds=10 if contender != "numpy" else 3, iterations=1)
 
 
-def cases_of(op):
-    return pytest.mark.parametrize("case", specs.OPS[op].cases(False), ids=specs.case_name)
+def cases_of(op, full=False):
+    return pytest.mark.parametrize("case", specs.OPS[op].cases(full), ids=specs.case_name)
 
 
 def pytest_terminal_summary(terminalreporter):

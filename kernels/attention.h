@@ -21,6 +21,11 @@
 #define SA_BQ 96
 #define SA_BK 64
 #define SA_COL_PAD 32
+/* The decode (single-query) path: keys per online-softmax step, and per chunk. Every item's keys
+ * are cut into chunks of SA_DEC_CHUNK, the tasks the threads share: fixed, so the result does not
+ * depend on the thread count. */
+#define SA_DEC_BLOCK 64
+#define SA_DEC_CHUNK 256
 
 /* One attention call, as the Python bookkeeping laid it out (see silkattn/_api.py). */
 typedef struct {
@@ -50,6 +55,8 @@ static size_t sa_attn_scratch_bytes(const sa_attn_args *a, size_t tsize) {
     sa_carve(&cur, a->bq + SA_MR, a->dv + SA_COL_PAD, tsize), sa_carve(&cur, 3, ldq, tsize);
     return (size_t)cur;
 }
+
+static size_t sa_attn_decode_scratch(int64_t dk) { return (size_t)(dk + SA_COL_PAD + SA_DEC_BLOCK + SA_COL_PAD); }
 #endif
 
 #define SA_TEMPLATE "tmpl_attention.h"
@@ -61,4 +68,15 @@ static size_t sa_attn_scratch_bytes(const sa_attn_args *a, size_t tsize) {
         (isa ? sa_attn_tile_##name##_avx2 : sa_attn_tile_##name##_generic)(a, b, q0, scratch); }
 SA_DISPATCH(f32)
 SA_DISPATCH(f64)
+#undef SA_DISPATCH
+
+#define SA_DISPATCH(T, name)                                                                       \
+    static inline void sa_attn_decode_part_##name(int isa, const sa_attn_args *a, int64_t b, int64_t j0, \
+                                                  int64_t j1, T *part, T *scratch) {             \
+        (isa ? sa_attn_decode_part_##name##_avx2 : sa_attn_decode_part_##name##_generic)(a, b, j0, j1, part, scratch); } \
+    static inline void sa_attn_decode_merge_##name(int isa, const sa_attn_args *a, int64_t b, int64_t nsplit, \
+                                                   const T *parts, T *out) {                     \
+        (isa ? sa_attn_decode_merge_##name##_avx2 : sa_attn_decode_merge_##name##_generic)(a, b, nsplit, parts, out); }
+SA_DISPATCH(float, f32)
+SA_DISPATCH(double, f64)
 #undef SA_DISPATCH

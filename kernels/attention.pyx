@@ -2,7 +2,7 @@
 from cython cimport floating
 from cython.parallel cimport parallel, prange
 from libc.stdint cimport int64_t, uint8_t
-from libc.stdlib cimport free
+from libc.stdlib cimport free, malloc
 
 include "common.pxi"
 
@@ -17,10 +17,19 @@ cdef extern from "attention.h" nogil:
         int64_t rs[4]
         int64_t Sq, Sk, dk, dv, q_offset, bq, bk
         int causal, masked
-    int SA_MR, SA_BQ, SA_BK
+    int SA_MR, SA_BQ, SA_BK, SA_DEC_BLOCK, SA_DEC_CHUNK
     size_t sa_attn_scratch_bytes(const sa_attn_args *a, size_t tsize)
+    size_t sa_attn_decode_scratch(int64_t dk)
     void sa_attn_tile_f32(int isa, const sa_attn_args *a, int64_t b, int64_t q0, void *scratch)
     void sa_attn_tile_f64(int isa, const sa_attn_args *a, int64_t b, int64_t q0, void *scratch)
+    void sa_attn_decode_part_f32(int isa, const sa_attn_args *a, int64_t b, int64_t j0, int64_t j1, float *part,
+                                 float *scratch)
+    void sa_attn_decode_part_f64(int isa, const sa_attn_args *a, int64_t b, int64_t j0, int64_t j1, double *part,
+                                 double *scratch)
+    void sa_attn_decode_merge_f32(int isa, const sa_attn_args *a, int64_t b, int64_t nsplit, const float *parts,
+                                  float *out)
+    void sa_attn_decode_merge_f64(int isa, const sa_attn_args *a, int64_t b, int64_t nsplit, const double *parts,
+                                  double *out)
 
 # The tile geometry (named in attention.h); a tile of few queries is at most MAX_BQ rows.
 TILES = {"bq": SA_BQ, "bk": SA_BK, "mr": SA_MR}
@@ -71,3 +80,54 @@ def attention(const floating[::1] q, const floating[::1] k, const floating[::1] 
         free(scratch)
     if failed:
         raise MemoryError(f"attention could not allocate {nbytes} bytes of scratch per thread")
+
+
+def attention_decode(const floating[::1] q, const floating[::1] k, const floating[::1] v,
+                     const uint8_t[::1] mask, floating[::1] out, const int64_t[:, ::1] offsets,
+                     const int64_t[::1] strides, Py_ssize_t Sq, Py_ssize_t Sk, Py_ssize_t dk, Py_ssize_t dv,
+                     bint causal, Py_ssize_t q_offset, bint masked, int num_threads):
+    """The kernel contract of silkattn._api for one query row (Sq == 1): each batch item's keys cut
+    into chunks of SA_DEC_CHUNK, the chunks shared by the threads, their partial results merged."""
+    if Sq != 1:
+        raise ValueError("attention_decode takes one query row (Sq == 1)")
+    cdef sa_attn_args a
+    cdef int i
+    a.q, a.k, a.v, a.mask, a.out = &q[0], &k[0], &v[0], &mask[0], &out[0]
+    a.offsets = &offsets[0, 0]
+    for i in range(4):
+        a.rs[i] = strides[i]
+    a.Sq, a.Sk, a.dk, a.dv, a.q_offset, a.causal, a.masked = Sq, Sk, dk, dv, q_offset, causal, masked
+    a.bq, a.bk = 1, SA_DEC_BLOCK
+    # keys past the query's position are never read: they weigh exactly 0 (see attention.h)
+    cdef Py_ssize_t B = offsets.shape[0], nk = min(Sk, q_offset + 1) if causal else Sk
+    cdef Py_ssize_t chunk = SA_DEC_CHUNK, nsplit = (nk + chunk - 1) // chunk, w, b, j0, j1
+    cdef Py_ssize_t stride = dv + 2
+    cdef floating *parts = <floating *>malloc(B * nsplit * stride * sizeof(floating))
+    if parts == NULL:
+        raise MemoryError(f"attention could not allocate {B * nsplit} partial results")
+    cdef size_t nscratch = sa_attn_decode_scratch(dk) * sizeof(floating)
+    cdef floating *scratch
+    cdef int failed = 0
+    with nogil:
+        with parallel(num_threads=num_threads):
+            scratch = <floating *>sa_alloc(nscratch)
+            for w in prange(B * nsplit, schedule="static"):
+                if scratch == NULL:
+                    failed += 1
+                    continue
+                b, j0 = w // nsplit, (w % nsplit) * chunk
+                j1 = min(nk, j0 + chunk)
+                if floating is float:
+                    sa_attn_decode_part_f32(ISA, &a, b, j0, j1, parts + w * stride, scratch)
+                else:
+                    sa_attn_decode_part_f64(ISA, &a, b, j0, j1, parts + w * stride, scratch)
+            free(scratch)
+        if not failed:
+            for b in range(B):
+                if floating is float:
+                    sa_attn_decode_merge_f32(ISA, &a, b, nsplit, parts + b * nsplit * stride, &out[b * dv])
+                else:
+                    sa_attn_decode_merge_f64(ISA, &a, b, nsplit, parts + b * nsplit * stride, &out[b * dv])
+    free(parts)
+    if failed:
+        raise MemoryError(f"attention could not allocate {nscratch} bytes of scratch per thread")

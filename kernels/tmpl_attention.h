@@ -204,3 +204,114 @@ static void SA_FN(sa_attn_tile)(const sa_attn_args *a, int64_t b, int64_t q0, vo
         for (int64_t c = 0; c < dv; c++) out[r * dv + c] = acc[r * dvp + c] * inv;
     }
 }
+
+/* ---- single-query (decode) attention: one query row against a long run of keys ----
+ * The tile kernel would pad the one query to a whole register block; here the query is a vector
+ * held in cache, the keys stream past it 4 at a time (4 independent dot products), and the online
+ * softmax runs over blocks of SA_DEC_BLOCK keys. A call splits each batch item's keys into chunks
+ * (when there are fewer items than threads), each chunk leaving a partial result (m, l, acc) that
+ * sa_attn_decode_merge combines: m = max m_c, l = sum l_c 2^(m_c - m), out = sum acc_c 2^(m_c - m) / l. */
+
+/* part = (m, l, acc[0:dv]) over keys [j0, j1) of batch item b (log2 units, as the tile kernel).
+ * scratch: >= sa_attn_decode_scratch(dk) elements. */
+static void SA_FN(sa_attn_decode_part)(const sa_attn_args *a, int64_t b, int64_t j0, int64_t j1, SA_T *part,
+                                      SA_T *scratch) {
+    const int64_t dk = a->dk, dv = a->dv, rs_k = a->rs[1], rs_v = a->rs[2];
+    const int64_t dkv = dk - dk % SA_VL, dvv = dv - dv % SA_VL;
+    const SA_T *q = (const SA_T *)a->q + a->offsets[4 * b];
+    const SA_T *k = (const SA_T *)a->k + a->offsets[4 * b + 1];
+    const SA_T *v = (const SA_T *)a->v + a->offsets[4 * b + 2];
+    const uint8_t *mrow = a->masked ? a->mask + a->offsets[4 * b + 3] : NULL;
+    const SA_T masked_l2 = (SA_T)(SA_MASKED * SA_LOG2E), qscale = (SA_T)(SA_LOG2E / sqrt((double)dk));
+    SA_T *qs = scratch, *s = scratch + (dk + SA_COL_PAD), *acc = part + 2;
+    for (int64_t d = 0; d < dk; d++) qs[d] = q[d] * qscale;
+    for (int64_t c = 0; c < dv; c++) acc[c] = 0;
+    SA_T m = -INFINITY, l = 0;
+    for (int64_t k0 = j0; k0 < j1; k0 += SA_DEC_BLOCK) {
+        const int64_t nb = SA_DEC_BLOCK < j1 - k0 ? SA_DEC_BLOCK : j1 - k0;
+        int64_t j = 0;
+        for (; j + 4 <= nb; j += 4) {  /* four keys at a time: four independent chains of FMAs */
+            const SA_T *k_0 = k + (k0 + j) * rs_k, *k_1 = k_0 + rs_k, *k_2 = k_1 + rs_k, *k_3 = k_2 + rs_k;
+            VEC c0 = SA_FN(splat)(0), c1 = c0, c2 = c0, c3 = c0;
+            int64_t d = 0;
+            for (; d < dkv; d += SA_VL) {
+                VEC x = LOAD(qs + d);
+                c0 += x * LOAD(k_0 + d); c1 += x * LOAD(k_1 + d); c2 += x * LOAD(k_2 + d); c3 += x * LOAD(k_3 + d);
+            }
+            SA_T s0 = SA_FN(hsum)(c0), s1 = SA_FN(hsum)(c1), s2 = SA_FN(hsum)(c2), s3 = SA_FN(hsum)(c3);
+            for (; d < dk; d++) s0 += qs[d] * k_0[d], s1 += qs[d] * k_1[d], s2 += qs[d] * k_2[d], s3 += qs[d] * k_3[d];
+            s[j] = s0, s[j + 1] = s1, s[j + 2] = s2, s[j + 3] = s3;
+        }
+        for (; j < nb; j++) {
+            const SA_T *kr = k + (k0 + j) * rs_k;
+            VEC c0 = SA_FN(splat)(0);
+            int64_t d = 0;
+            for (; d < dkv; d += SA_VL) c0 += LOAD(qs + d) * LOAD(kr + d);
+            SA_T s0 = SA_FN(hsum)(c0);
+            for (; d < dk; d++) s0 += qs[d] * kr[d];
+            s[j] = s0;
+        }
+        if (mrow)
+            for (j = 0; j < nb; j++) s[j] = mrow[k0 + j] ? s[j] : masked_l2;
+        SA_T mnew = m;
+        for (j = 0; j < nb; j++) mnew = (s[j] > mnew || s[j] != s[j]) ? s[j] : mnew;  /* NaN spreads */
+        for (j = nb; j < (nb + SA_VL - 1) / SA_VL * SA_VL; j++) s[j] = -INFINITY;  /* weighs 0 */
+        VEC sum = SA_FN(splat)(0);
+        for (j = 0; j < nb; j += SA_VL) {
+            VEC p = SA_FN(exp2v)(LOAD(s + j) - mnew);
+            STORE(s + j, p);
+            sum += p;
+        }
+        const SA_T alpha = (SA_T)exp2((double)(m - mnew));
+        l = l * alpha + SA_FN(hsum)(sum);
+        if (alpha != 1)
+            for (int64_t c = 0; c < dv; c++) acc[c] *= alpha;
+        m = mnew;
+        const SA_T *vb = v + k0 * rs_v;
+        int64_t c = 0;
+        for (; c + 4 * SA_VL <= dvv; c += 4 * SA_VL) {  /* four registers of d_v: four chains */
+            VEC a0 = LOAD(acc + c), a1 = LOAD(acc + c + SA_VL), a2 = LOAD(acc + c + 2 * SA_VL);
+            VEC a3 = LOAD(acc + c + 3 * SA_VL);
+            for (j = 0; j < nb; j++) {
+                const SA_T *vr = vb + j * rs_v + c;
+                const SA_T p = s[j];
+                a0 += p * LOAD(vr); a1 += p * LOAD(vr + SA_VL); a2 += p * LOAD(vr + 2 * SA_VL);
+                a3 += p * LOAD(vr + 3 * SA_VL);
+            }
+            STORE(acc + c, a0); STORE(acc + c + SA_VL, a1); STORE(acc + c + 2 * SA_VL, a2);
+            STORE(acc + c + 3 * SA_VL, a3);
+        }
+        for (; c < dvv; c += SA_VL) {
+            VEC a0 = LOAD(acc + c);
+            for (j = 0; j < nb; j++) a0 += s[j] * LOAD(vb + j * rs_v + c);
+            STORE(acc + c, a0);
+        }
+        for (; c < dv; c++)
+            for (j = 0; j < nb; j++) acc[c] += s[j] * vb[j * rs_v + c];
+    }
+    part[0] = m, part[1] = l;
+}
+
+/* out (dv) for batch item b from its nsplit partial results (each dv + 2 values). */
+static void SA_FN(sa_attn_decode_merge)(const sa_attn_args *a, int64_t b, int64_t nsplit, const SA_T *parts,
+                                       SA_T *out) {
+    const int64_t dv = a->dv;
+    SA_T m = -INFINITY, l = 0;
+    for (int64_t c = 0; c < nsplit; c++) {
+        const SA_T mc = parts[c * (dv + 2)];
+        m = (mc > m || mc != mc) ? mc : m;
+    }
+    if (m < (SA_T)((SA_MASKED + SA_EXACT_MARGIN) * SA_LOG2E)) {  /* see attention.h */
+        SA_FN(exact_row)(a, b, 0, out);
+        return;
+    }
+    for (int64_t d = 0; d < dv; d++) out[d] = 0;
+    for (int64_t c = 0; c < nsplit; c++) {
+        const SA_T *part = parts + c * (dv + 2);
+        const SA_T w = (SA_T)exp2((double)(part[0] - m));
+        l += part[1] * w;
+        for (int64_t d = 0; d < dv; d++) out[d] += part[2 + d] * w;
+    }
+    const SA_T inv = 1 / l;
+    for (int64_t d = 0; d < dv; d++) out[d] *= inv;
+}

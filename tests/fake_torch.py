@@ -42,4 +42,8 @@ torch.inference_mode = contextlib.nullcontext
 torch.set_num_threads = lambda n: None
 torch.softmax = lambda x, dim: _tensor(ref.softmax(np.moveaxis(np.asarray(x), dim, -1))).swapaxes(dim, -1)
 torch.relu = lambda x: np.maximum(x, 0)
+torch.empty = lambda shape, dtype: _tensor(np.empty(shape, dtype))
+torch.matmul = lambda a, b, out=None: np.matmul(a, b, out=out)
+torch.argmax = np.argmax
+torch.tensor = _tensor
 MODULES = {"torch": torch, "torch.nn": nn, "torch.nn.functional": functional}

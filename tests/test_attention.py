@@ -174,3 +174,55 @@ def test_decode_steps_equal_the_full_causal_call(backend, rng):
     for t in (0, 1, 63, 64, 65, 95, 96, 149):
         step = backend.attention(Q[:, t:t + 1], K[:, :t + 1], V[:, :t + 1], causal=True, q_offset=t)
         np.testing.assert_allclose(step, full[:, t:t + 1], rtol=1e-5, atol=1e-6)
+
+
+# One query row (a decoding step) takes the decode path: keys cut into chunks of 256 that the
+# threads share, partial softmax results merged. Chunk edges, key padding, fully masked rows,
+# causal offsets that hide the tail, d_k and d_v off the register width, and batches.
+DECODE_CASES = [  # (lead, Sk, d_k, d_v)
+    ((), 1, 64, 64), ((), 255, 64, 64), ((), 256, 64, 64), ((), 257, 64, 64), ((), 1000, 20, 12),
+    ((3,), 513, 64, 64), ((1, 8), 4096, 64, 64), ((2, 3), 300, 7, 9),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", ["none", "key_padding", "random", "rows_masked", "causal_offset"])
+@pytest.mark.parametrize("lead, Sk, dk, dv", DECODE_CASES, ids=lambda c: str(c))
+def test_single_query_rows_match_reference(backend, threads, rng, lead, Sk, dk, dv, kind, dtype):
+    Q, K, V = qkv(rng, lead, lead, 1, Sk, dk, dv, dtype)
+    q_offset = 0
+    if kind == "causal_offset":  # the query sits inside the cache: later keys are hidden
+        q_offset = int(rng.integers(0, Sk))
+        mask, causal = None, True
+        full = ref.causal_mask(1, Sk, q_offset)
+    else:
+        mask, causal = make_mask(kind, rng, lead, 1, Sk)
+        full = mask
+    out = backend.attention(Q, K, V, mask, causal=causal, q_offset=q_offset)
+    assert_close(out, ref.attention(*f64(Q, K, V), full), dtype)
+
+
+def test_single_query_rows_are_the_same_on_any_thread_count(backend, rng):
+    Q, K, V = qkv(rng, (3,), (3,), 1, 1500, 64, 64, np.float32)
+    results = []
+    for n in (1, 2, 3):
+        previous = silkattn.set_num_threads(n)
+        try:
+            results.append(backend.attention(Q, K, V))
+        finally:
+            silkattn.set_num_threads(previous)
+    for r in results[1:]:
+        np.testing.assert_array_equal(r, results[0])
+
+
+def test_single_query_reads_a_cache_view(backend, rng):
+    """The layout a KV cache gives: (capacity, h * d_k) rows, each head a strided column block."""
+    h, dk, capacity, t = 8, 64, 700, 517
+    cache_k, cache_v = (rng.standard_normal((capacity, h * dk)).astype(np.float32) for _ in range(2))
+    q = rng.standard_normal((1, h * dk)).astype(np.float32)
+
+    def heads(M):
+        return M.reshape(len(M), h, dk).swapaxes(0, 1)
+
+    out = backend.attention(heads(q), heads(cache_k[:t]), heads(cache_v[:t]), causal=True, q_offset=t - 1)
+    assert_close(out, ref.attention(*f64(heads(q), heads(cache_k[:t]), heads(cache_v[:t]))), np.float32)

@@ -3,7 +3,8 @@
 Layout (data flows one way: models -> ops -> _api -> kernels):
   reference        the NumPy oracle: the seed listing's functions, which define the semantics
   ops              the kernels API (softmax, layer_norm, attention, fused ops) on the current backend
-  models           whole models composed from ops (models.decoder: the listing's transformer)
+  models           whole models composed from ops: the listing's decoder, the paper's encoder-decoder,
+                   generation with a KV cache
   cython, numba    the compiled backends, each a Kernels record (silkattn._backends)
 
 The top-level functions are the listing's names on the current backend; choose one with
@@ -13,7 +14,20 @@ from . import _openblas, models, ops, reference  # noqa: F401  (_openblas: numpy
 from ._backends import backends, get_backend, set_backend, use_backend
 from ._patch import patch, patched, unpatch
 from ._threads import get_num_threads, set_num_threads
-from .models import DecoderConfig, block, feed_forward, multi_head, transformer
+from .models import (
+                     DecoderConfig,
+                     Seq2SeqConfig,
+                     block,
+                     decode,
+                     decoder_block,
+                     encode,
+                     encoder_block,
+                     feed_forward,
+                     generate,
+                     init_seq2seq_params,
+                     multi_head,
+                     transformer,
+)
 from .ops import add_layer_norm, attention, bias_relu, layer_norm, softmax
 from .reference import causal_mask, init_params, positional_encoding
 
@@ -21,4 +35,5 @@ __version__ = "0.1.0"
 __all__ = ["reference", "ops", "models", "backends", "get_backend", "set_backend", "use_backend", "patch",
            "patched", "unpatch", "get_num_threads", "set_num_threads", "softmax", "attention", "layer_norm",
            "bias_relu", "add_layer_norm", "multi_head", "feed_forward", "block", "transformer",
-           "DecoderConfig", "positional_encoding", "causal_mask", "init_params"]
+           "DecoderConfig", "positional_encoding", "causal_mask", "init_params", "Seq2SeqConfig",
+           "encoder_block", "decoder_block", "encode", "decode", "generate", "init_seq2seq_params"]

@@ -1,4 +1,5 @@
-"""python -m silkattn: run the seed-sized decoder and list the backends; `bench` times the kernels."""
+"""python -m silkattn: the seed-sized decoder writing tokens with a KV cache against the reference,
+the encoder-decoder, the backends; `bench` times the kernels and models against the reference and PyTorch."""
 import argparse
 import re
 import sys
@@ -10,29 +11,35 @@ import silkattn
 from silkattn import reference as ref
 
 
+def _timed(fn):
+    start = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - start
+
+
 def demo(args):
+    """The paper-sized decoder writing tokens with the KV cache, against the reference recomputing
+    the whole forward pass for every new token; then the encoder-decoder translating one source."""
     P = ref.init_params(args.vocab, seed=args.seed)  # the paper's N = 6, d = 512, h = 8, d_ff = 2048
     prompt = np.random.default_rng(args.seed).integers(0, args.vocab, args.tokens)
-    timings = {}
-    contenders = (("reference", ref.transformer),
-                  (f"silkattn ({silkattn.get_backend()})", silkattn.transformer))
-    for name, fn in contenders:
-        fn(prompt, P)  # warm-up (Numba compiles or loads its cache here)
-        start = time.perf_counter()
-        logits = fn(prompt, P)
-        timings[name] = (time.perf_counter() - start, logits)
-    (t_ref, expected), (t_fast, logits) = timings.values()
-    probs = ref.softmax(logits[-1])
-    top = np.argsort(probs)[::-1][:5]
+    n = args.new_tokens
+    silkattn.generate(prompt[:4], P, 2)  # warm-up (Numba compiles or loads its cache here)
+    fast, t_fast = _timed(lambda: silkattn.generate(prompt, P, n))
+    slow, t_slow = _timed(lambda: ref.generate(prompt, P, n))
     print(f"silkattn {silkattn.__version__}: decoder N=6, d=512, h=8, d_ff=2048, vocab={args.vocab}, "
-          f"{logits.dtype}, random weights (seed {args.seed})")
+          f"float32, random weights (seed {args.seed}), {silkattn.get_num_threads()} thread(s), backend "
+          f"{silkattn.get_backend()}")
     print(f"prompt ({args.tokens} tokens): {' '.join(map(str, prompt[:12]))}"
           f"{' ...' if args.tokens > 12 else ''}")
-    print(f"next-token prediction: {top[0]} (p = {probs[top[0]]:.4f}); top 5: "
-          + ", ".join(f"{t}:{probs[t]:.4f}" for t in top))
-    print(f"forward pass: reference {t_ref * 1e3:.1f} ms, silkattn {t_fast * 1e3:.1f} ms; "
-          f"largest logit difference {np.abs(logits - expected).max():.2e}")
-    print(f"threads: {silkattn.get_num_threads()}")
+    print(f"greedy, {n} new tokens: {' '.join(map(str, fast))}")
+    print(f"  silkattn, KV cache:           {t_fast * 1e3:8.1f} ms, {n / t_fast:7.1f} tokens/s")
+    print(f"  reference, recompute a step: {t_slow * 1e3:8.1f} ms, {n / t_slow:7.1f} tokens/s "
+          f"({t_slow / t_fast:.1f}x the time); same tokens: {'yes' if np.array_equal(fast, slow) else 'NO'}")
+    S = ref.init_seq2seq_params(args.vocab, args.vocab, seed=args.seed)  # the paper's encoder-decoder
+    source = np.random.default_rng(args.seed + 1).integers(0, args.vocab, args.tokens)
+    out, t_s2s = _timed(lambda: silkattn.generate([0], S, n, memory=silkattn.encode(source, S)))
+    print(f"encoder-decoder (post-norm, N=6): a {args.tokens}-token source encoded once, {n} tokens written "
+          f"in {t_s2s * 1e3:.1f} ms: {' '.join(map(str, out[:12]))}{' ...' if n > 12 else ''}")
     print("backends:")
     for name, status in silkattn.backends().items():
         print(f"  {name:8s} {status}")
@@ -84,6 +91,7 @@ def bench(args):
     print(_bench.table(cases, results, contenders, ours))
     print()
     print(_bench.scaling(cases, results, ours))
+    print(_bench.generation(cases, results, contenders))
     mib = None
     if args.full and not args.match:
         mib = _bench.memory([c for c in contenders if not c.startswith("base-")], pythons)
@@ -107,6 +115,7 @@ def bench(args):
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m silkattn", description=__doc__)
     parser.add_argument("--tokens", type=int, default=32, help="prompt length (default 32)")
+    parser.add_argument("--new-tokens", type=int, default=32, help="tokens to write (default 32)")
     parser.add_argument("--vocab", type=int, default=1000, help="vocabulary size (default 1000)")
     parser.add_argument("--seed", type=int, default=0)
     sub = parser.add_subparsers(dest="command")

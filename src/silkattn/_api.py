@@ -10,6 +10,7 @@ result array they may write. The kernel contract (the same for every backend):
     layer_norm(x, g, b, eps, out, num_threads)           x, out: (rows, n); g, b: (n,)
     attention(q, k, v, mask, out, offsets, strides, Sq, Sk, d_k, d_v, causal, q_offset, masked,
               num_threads)
+    attention_decode(the same arguments)             for Sq == 1 (chosen by shape, see attention())
         q, k, v: 1-D views over each operand's memory (one dtype); out: 1-D (B * Sq * d_v) C order;
         mask: 1-D uint8 (0 = masked; ignored unless masked); offsets: int64 (B, 4), the element
         offset of batch item b's first row in q, k, v, mask; strides: int64 (4,), the element step
@@ -29,7 +30,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import reference as ref
-from ._threads import ATTENTION_WORK, ELEMENTWISE_WORK, ROW_WORK, threads_for
+from ._threads import ATTENTION_WORK, DECODE_WORK, ELEMENTWISE_WORK, ROW_WORK, threads_for
 
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -307,6 +308,9 @@ def attention(kernels, Q, K, V, mask=None, *, causal=False, q_offset=0, out=None
     a = attention_operands(Q, K, V, mask, out)
     if a.out.size:
         work = len(a.offsets) * a.Sq * a.Sk * (a.dk + a.dv)
-        kernels.attention(a.q, a.k, a.v, a.mask, a.out.reshape(-1), a.offsets, a.strides, a.Sq, a.Sk, a.dk,
-                          a.dv, causal, q_offset, a.masked, threads_for(work, ATTENTION_WORK))
+        kernel, per_thread = kernels.attention, ATTENTION_WORK
+        if a.Sq == 1 and kernels.attention_decode is not None:  # one query row: the decode path
+            kernel, per_thread = kernels.attention_decode, DECODE_WORK
+        kernel(a.q, a.k, a.v, a.mask, a.out.reshape(-1), a.offsets, a.strides, a.Sq, a.Sk, a.dk, a.dv, causal,
+               q_offset, a.masked, threads_for(work, per_thread))
     return a.out

@@ -47,13 +47,25 @@ def sequence(X, name="X"):
     return X
 
 
-def multi_head(X, Wq, Wk, Wv, Wo, h):
-    """(X, d_k) for multi_head: X (..., seq, d), each weight (d, d), h heads dividing d."""
+def multi_head(X, Wq, Wk, Wv, Wo, h, memory=None):
+    """(X, the keys' and values' source M, d_k) for multi_head: X (..., seq, d), memory None (M = X)
+    or (..., src, d) with lead dims that broadcast with X's, each weight (d, d), h heads dividing d."""
     X = sequence(X)
     d = X.shape[-1]
     for name, W in (("Wq", Wq), ("Wk", Wk), ("Wv", Wv), ("Wo", Wo)):
         matrix(W, name, d, d)
-    return X, heads(h, d)
+    d_k = heads(h, d)
+    if memory is None:
+        return X, X, d_k
+    M = sequence(memory, "memory")
+    if M.shape[-1] != d:
+        raise ValueError(f"memory must have the model width d={d} on its last axis, got shape {M.shape}")
+    try:
+        np.broadcast_shapes(X.shape[:-2], M.shape[:-2])
+    except ValueError:
+        raise ValueError(f"the leading (batch) dims of X {X.shape} and memory {M.shape} "
+                         "do not broadcast") from None
+    return X, M, d_k
 
 
 def feed_forward(X, W1, b1, W2, b2):
@@ -69,32 +81,106 @@ def feed_forward(X, W1, b1, W2, b2):
     return X
 
 
-LAYER_KEYS = ("ln1", "attn", "h", "ln2", "ffn")
+LAYER_KEYS = {  # a block's parameters (init_params' and init_seq2seq_params' layouts)
+    "block": ("ln1", "attn", "h", "ln2", "ffn"),
+    "encoder": ("ln1", "attn", "h", "ln2", "ffn", "norm"),
+    "decoder": ("ln1", "attn", "h", "ln_cross", "cross", "ln2", "ffn", "norm"),
+}
 
 
-def layer(p, name="p"):
-    """p, once it holds a pre-norm block's parameters in init_params' layout."""
+def layer(p, name="p", kind="block"):
+    """p, once it holds the parameters of a block of this kind (and a known norm placement)."""
     if not hasattr(p, "keys"):
         raise TypeError(f"{name} must be a dict of a block's parameters, got {type(p).__name__}")
-    missing = [k for k in LAYER_KEYS if k not in p]
+    keys = LAYER_KEYS[kind]
+    missing = [k for k in keys if k not in p]
     if missing:
-        raise ValueError(f"{name} lacks {', '.join(map(repr, missing))}: a block's parameters are "
-                         f"{', '.join(LAYER_KEYS)} (init_params' layout)")
+        article = "an" if kind == "encoder" else "a"
+        raise ValueError(f"{name} lacks {', '.join(map(repr, missing))}: {article} {kind} block's parameters "
+                         f"are {', '.join(keys)}")
+    if "norm" in keys:
+        norm(p["norm"], f"{name}['norm']")
     return p
 
 
-def token_ids(ids, vocab, max_len, name="token_ids"):
-    """ids as a 1-D integer array of 1 to max_len tokens, each in [0, vocab)."""
+def norm(placement, name="norm"):
+    """The residual sublayers' norm placement: "post" (the paper) or "pre" (the listing)."""
+    if placement not in ("post", "pre"):
+        raise ValueError(f'{name} must be "post" (LayerNorm(x + f(x)), the paper) or "pre" '
+                         f'(x + f(LayerNorm(x)), the listing), got {placement!r}')
+    return placement
+
+
+def token_ids(ids, vocab, max_len, name="token_ids", batched=False):
+    """ids as an integer array (seq,), or (batch, seq) if batched, of 1 to max_len tokens in [0, vocab)."""
     ids = np.asarray(ids)
     if ids.size == 0:
         raise ValueError(f"{name} is empty: there is no position to predict from")
     if ids.dtype.kind not in "iu":
         raise TypeError(f"{name} must be integers, got dtype {ids.dtype}")
-    if ids.ndim != 1:
-        raise ValueError(f"{name} must be 1-D (seq,), got shape {ids.shape}")
+    if ids.ndim != 1 and not (batched and ids.ndim == 2):
+        raise ValueError(f"{name} must be {'1-D (seq,) or 2-D (batch, seq)' if batched else '1-D (seq,)'}, "
+                         f"got shape {ids.shape}")
     lo, hi = int(ids.min()), int(ids.max())
     if lo < 0 or hi >= vocab:
         raise ValueError(f"{name} must lie in [0, {vocab}) (the vocabulary), got ids from {lo} to {hi}")
-    if len(ids) > max_len:
-        raise ValueError(f"{len(ids)} tokens in {name} exceed the {max_len} positions of the model")
+    if ids.shape[-1] > max_len:
+        raise ValueError(f"{ids.shape[-1]} tokens in {name} exceed the {max_len} positions of the model")
     return ids
+
+
+def padding_mask(mask, shape, name):
+    """A key padding mask (True: a real token) as a bool array of the given shape, or None."""
+    if mask is None:
+        return None
+    mask = np.asarray(mask)
+    if mask.dtype.kind not in "biu":
+        raise TypeError(f"{name} must be boolean (True at real tokens), got dtype {mask.dtype}")
+    if mask.shape != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {mask.shape}")
+    return mask != 0
+
+
+def seq2seq(P):
+    """P, once it has the keys of init_seq2seq_params' layout."""
+    missing = [k for k in ("src_emb", "tgt_emb", "pos", "encoder", "decoder") if k not in P]
+    if missing:
+        raise ValueError(f"P lacks {', '.join(map(repr, missing))}: an encoder-decoder's parameters are "
+                         "src_emb, tgt_emb, pos, encoder, decoder (init_seq2seq_params' layout)")
+    return P
+
+
+def source(src_ids, src_mask, P):
+    """(src_ids, src_mask) for encode: ids (seq,) or (batch, seq), a mask of their shape or None."""
+    ids = token_ids(src_ids, len(seq2seq(P)["src_emb"]), len(P["pos"]), "src_ids", batched=True)
+    return ids, padding_mask(src_mask, ids.shape, "src_mask")
+
+
+def target(tgt_ids, memory, memory_mask, P):
+    """(tgt_ids, memory, memory_mask) for decode: memory (..., src, d) from encode."""
+    ids = token_ids(tgt_ids, len(seq2seq(P)["tgt_emb"]), len(P["pos"]), "tgt_ids", batched=True)
+    memory = sequence(memory, "memory")
+    d = np.shape(P["tgt_emb"])[1]
+    if memory.shape[-1] != d:
+        raise ValueError(f"memory must have the model width d={d} on its last axis, got shape {memory.shape}")
+    return ids, memory, padding_mask(memory_mask, memory.shape[:-1], "memory_mask")
+
+
+def prompt(prompt_ids, P, max_new_tokens, memory):
+    """The prompt as (seq,) token ids, once it and the new tokens fit the model's positions."""
+    vocab = len(P["emb"] if memory is None else seq2seq(P)["tgt_emb"])
+    ids = token_ids(prompt_ids, vocab, len(P["pos"]), "prompt_ids")
+    count(max_new_tokens, "max_new_tokens", minimum=0)
+    if len(ids) + max_new_tokens > len(P["pos"]):
+        raise ValueError(f"{len(ids)} prompt tokens + max_new_tokens={max_new_tokens} exceed the "
+                         f"{len(P['pos'])} positions of the model")
+    return ids
+
+
+def sampling(temperature, top_k):
+    """A temperature >= 0 (0: greedy) and top_k None or a positive int."""
+    if isinstance(temperature, (bool, np.bool_)) or not isinstance(temperature, numbers.Real) \
+            or not temperature >= 0 or temperature == float("inf"):
+        raise ValueError(f"temperature must be a finite number >= 0 (0: greedy), got {temperature!r}")
+    if top_k is not None:
+        count(top_k, "top_k")

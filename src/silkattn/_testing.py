@@ -16,3 +16,13 @@ def assert_close(actual, expected, dtype=None):
     assert actual.shape == expected.shape, (actual.shape, expected.shape)
     assert actual.dtype == dtype, (actual.dtype, dtype)
     np.testing.assert_allclose(actual, expected, **TOL[dtype])
+
+
+def assert_matches(result, expected, dtype):
+    """result against the reference's answer (computed in float64): token ids equal; arrays of the
+    reference's shape, the given dtype and values within that dtype's tolerance."""
+    expected = np.asarray(expected)
+    if expected.dtype.kind in "iu":
+        np.testing.assert_array_equal(result, expected)
+    else:
+        assert_close(result, expected.astype(dtype), dtype)

@@ -36,10 +36,12 @@ SPINNING = _spinning()
 
 
 # The thread policy: the least work a thread must get before a second one is woken, in elements
-# of a row-wise op (softmax, layer_norm), in multiply-adds of attention (B Sq Sk (d_k + d_v)), and
-# in elements of an elementwise op (bias_relu).
+# of a row-wise op (softmax, layer_norm), in multiply-adds of attention (B Sq Sk (d_k + d_v)), of
+# single-query attention (memory-bound: each multiply-add reads a fresh key or value, so a thread
+# pays off sooner) and in elements of an elementwise op (bias_relu).
 ROW_WORK = 16384
 ATTENTION_WORK = 4e6
+DECODE_WORK = 1e6
 ELEMENTWISE_WORK = 65536
 
 

@@ -14,7 +14,8 @@ OPENMP = _softmax.OPENMP
 ISA = _softmax.ISA_NAME  # the instruction set the kernels run with: "avx2" or "generic"
 
 KERNELS = Kernels("cython", softmax=_softmax.softmax, layer_norm=_layer_norm.layer_norm,
-                  attention=_attention.attention, bias_relu=_feed_forward.bias_relu,
+                  attention=_attention.attention, attention_decode=_attention.attention_decode,
+                  bias_relu=_feed_forward.bias_relu,
                   add_layer_norm=_layer_norm.add_layer_norm, isa=ISA, openmp=OPENMP)
 
 globals().update(ops.bind(KERNELS))

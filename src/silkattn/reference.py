@@ -40,16 +40,16 @@ def attention(Q, K, V, mask=None):  # Q: (..., Sq, d_k)  K: (..., Sk, d_k)  V: (
     return softmax(scores) @ V  # each row of weights sums to 1
 
 
-def multi_head(X, Wq, Wk, Wv, Wo, h, mask=None):  # X: (..., seq, d); W*: (d, d)
-    """concat_i attention(X Wq_i, X Wk_i, X Wv_i, mask) Wo, with h heads of d_k = d / h."""
-    X, d_k = check.multi_head(X, Wq, Wk, Wv, Wo, h)
-    *lead, seq, d = X.shape
+def multi_head(X, Wq, Wk, Wv, Wo, h, mask=None, memory=None):  # X: (..., seq, d); W*: (d, d)
+    """concat_i attention(X Wq_i, M Wk_i, M Wv_i, mask) Wo, with h heads of d_k = d / h and
+    M = X (self-attention) or M = memory (cross-attention: keys and values from another sequence)."""
+    X, M, d_k = check.multi_head(X, Wq, Wk, Wv, Wo, h, memory)
 
-    def split(M):  # (..., seq, d) -> (..., h, seq, d_k): one read per leg
-        return np.swapaxes(M.reshape(*lead, seq, h, d_k), -2, -3)
+    def split(A):  # (..., seq, d) -> (..., h, seq, d_k): one read per leg
+        return np.swapaxes(A.reshape(*A.shape[:-1], h, d_k), -2, -3)
 
-    heads = attention(split(X @ Wq), split(X @ Wk), split(X @ Wv), mask)  # (..., h, seq, d_k)
-    return np.swapaxes(heads, -2, -3).reshape(*lead, seq, d) @ Wo  # pool the h reads
+    heads = np.swapaxes(attention(split(X @ Wq), split(M @ Wk), split(M @ Wv), mask), -2, -3)
+    return heads.reshape(*heads.shape[:-2], -1) @ Wo  # pool the h reads: (..., seq, d)
 
 
 def layer_norm(X, g, b, eps=1e-5):
@@ -90,6 +90,83 @@ def transformer(token_ids, P):  # token_ids: (seq,) ints -> logits (seq, vocab)
     return X @ P["emb"].T  # scores over the vocabulary
 
 
+# ---- the paper's encoder-decoder: "add & norm" around every sublayer, cross-attention in the decoder
+
+def sublayer(X, f, ln, norm):
+    """A residual sublayer: LayerNorm(X + f(X)) for norm="post" (the paper), X + f(LayerNorm(X))
+    for norm="pre" (the listing's block)."""
+    return layer_norm(X + f(X), *ln) if norm == "post" else X + f(layer_norm(X, *ln))
+
+
+def encoder_block(X, p, mask=None):  # X: (..., src, d)
+    """Self-attention, then feed-forward, each wrapped in add & norm (p["norm"])."""
+    p = check.layer(p, kind="encoder")
+    X = sublayer(X, lambda H: multi_head(H, *p["attn"], p["h"], mask), p["ln1"], p["norm"])
+    return sublayer(X, lambda H: feed_forward(H, *p["ffn"]), p["ln2"], p["norm"])
+
+
+def decoder_block(Y, memory, p, self_mask=None, memory_mask=None):  # Y: (..., tgt, d)
+    """Masked self-attention, cross-attention over the encoder's memory, feed-forward: each
+    wrapped in add & norm (p["norm"])."""
+    p = check.layer(p, kind="decoder")
+    Y = sublayer(Y, lambda H: multi_head(H, *p["attn"], p["h"], self_mask), p["ln1"], p["norm"])
+    cross = p["cross"]
+    Y = sublayer(Y, lambda H: multi_head(H, *cross, p["h"], memory_mask, memory), p["ln_cross"], p["norm"])
+    return sublayer(Y, lambda H: feed_forward(H, *p["ffn"]), p["ln2"], p["norm"])
+
+
+def embed(ids, E, pos):  # ids: (..., seq) -> (..., seq, d)
+    """E[ids] * sqrt(d) + positions: the paper scales the (shared) embedding weights by sqrt(d)."""
+    return E[ids] * np.sqrt(E.dtype.type(E.shape[1])) + pos[: ids.shape[-1]]
+
+
+def key_padding(mask):  # (..., src) bool -> (..., 1, 1, src): every head and query sees the same keys
+    return None if mask is None else np.asarray(mask, bool)[..., None, None, :]
+
+
+def encode(src_ids, P, src_mask=None):  # src_ids: (..., src) -> memory (..., src, d)
+    """The encoder: embeddings + positions, N encoder blocks; src_mask (..., src) is False at padding."""
+    ids, src_mask = check.source(src_ids, src_mask, P)
+    X = embed(ids, P["src_emb"], P["pos"])
+    for p in P["encoder"]:
+        X = encoder_block(X, p, key_padding(src_mask))
+    return X
+
+
+def decode(tgt_ids, memory, P, memory_mask=None):  # tgt_ids: (..., tgt) -> logits (..., tgt, tgt_vocab)
+    """The decoder: causal over the target, cross-attention over memory (padding: memory_mask False)."""
+    ids, memory, memory_mask = check.target(tgt_ids, memory, memory_mask, P)
+    Y = embed(ids, P["tgt_emb"], P["pos"])
+    for p in P["decoder"]:
+        Y = decoder_block(Y, memory, p, causal_mask(ids.shape[-1]), key_padding(memory_mask))
+    return Y @ P["tgt_emb"].T  # output projection tied to the target embeddings
+
+
+def next_token(logits, temperature=0.0, top_k=None, rng=None):  # logits: (vocab,) -> int
+    """Greedy (argmax) at temperature 0; else a draw from softmax(logits / temperature) over the
+    top_k largest logits (all if None), computed in float64."""
+    logits = np.asarray(logits, np.float64)
+    if temperature == 0:
+        return int(np.argmax(logits))
+    keep = np.argsort(-logits, kind="stable")[: top_k or len(logits)]
+    p = softmax(logits[keep] / temperature)
+    return int(keep[rng.choice(len(keep), p=p)])
+
+
+def generate(prompt_ids, P, max_new_tokens, *, memory=None, memory_mask=None, temperature=0.0, top_k=None,
+             seed=None, eos_id=None):  # -> the new token ids (n,)
+    """Write max_new_tokens tokens after the prompt, recomputing the whole forward pass for each:
+    the decoder-only transformer, or with memory (from encode) the encoder-decoder's decoder."""
+    ids, rng = list(check.prompt(prompt_ids, P, max_new_tokens, memory)), np.random.default_rng(seed)
+    check.sampling(temperature, top_k)
+    for _ in range(max_new_tokens):
+        logits = transformer(ids, P) if memory is None else decode(np.array(ids), memory, P, memory_mask)
+        ids.append(next_token(logits[-1], temperature, top_k, rng))
+        if ids[-1] == eos_id:
+            break
+    return np.array(ids[len(prompt_ids):], dtype=np.int64)
+
+
 def positional_encoding(n, d):  # -> (n, d)
     """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(pos / 10000^(2i/d))."""
     angle = np.arange(n)[:, None] / 10000.0 ** (np.arange(0, d, 2) / d)  # (n, ceil(d/2))
@@ -118,3 +195,27 @@ def init_params(vocab, d=512, h=8, n_layers=6, d_ff=2048, max_len=2048, seed=0, 
 
     return {"emb": w(vocab, d), "pos": positional_encoding(max_len, d).astype(dtype),
             "layers": [layer() for _ in range(n_layers)]}
+
+
+def init_seq2seq_params(src_vocab, tgt_vocab, d=512, h=8, n_layers=6, d_ff=2048, norm="post", seed=0,
+                        dtype=np.float32, max_len=2048):
+    """Random weights for encode/decode (the paper's sizes by default): two embeddings (the target's
+    tied to the output projection), sinusoidal positions, n_layers encoder and decoder blocks."""
+    rng = np.random.default_rng(seed)
+    check.norm(norm)
+
+    def w(*shape):
+        return (rng.standard_normal(shape) / np.sqrt(shape[0])).astype(dtype)
+
+    def ln():
+        return np.ones(d, dtype), np.zeros(d, dtype)
+
+    def block(cross):  # the listing's block layout, plus cross-attention in the decoder
+        p = {"ln1": ln(), "attn": tuple(w(d, d) for _ in range(4)), "h": h, "norm": norm, "ln2": ln(),
+             "ffn": (w(d, d_ff), np.zeros(d_ff, dtype), w(d_ff, d), np.zeros(d, dtype))}
+        return dict(p, ln_cross=ln(), cross=tuple(w(d, d) for _ in range(4))) if cross else p
+
+    return {"src_emb": w(src_vocab, d), "tgt_emb": w(tgt_vocab, d),
+            "pos": positional_encoding(max_len, d).astype(dtype),
+            "encoder": [block(False) for _ in range(n_layers)],
+            "decoder": [block(True) for _ in range(n_layers)]}

@@ -53,15 +53,15 @@ def run(cases, contenders, threads_list, rounds=3, pythons=None, progress=None, 
                 out = _run_worker(pythons.get(name, sys.executable), spec)
                 per_round[name].append([np.nan if t is None else t for t in out["times"]])
                 if "sgemm" in out:
-                    gemm.append((out["sgemm"], out["dgemm"]))
+                    gemm.append((out["sgemm"], out["dgemm"], out["copy"]))
                 done += 1
                 if progress:
                     progress(done, total, f"{threads} thread(s), round {r + 1}/{rounds}, {name}")
         results[threads] = {name: [None if np.isnan(t) else t for t in np.median(np.array(t), axis=0)]
                             for name, t in per_round.items()}
         if gemm:
-            results[threads]["sgemm"] = float(np.median([g[0] for g in gemm]))
-            results[threads]["dgemm"] = float(np.median([g[1] for g in gemm]))
+            for i, key in enumerate(("sgemm", "dgemm", "copy")):
+                results[threads][key] = float(np.median([g[i] for g in gemm]))
     return results
 
 
@@ -115,6 +115,34 @@ def table(cases, results, contenders, ours=("cython",)):
                 if "numpy" in contenders:
                     row += _ratio(res["numpy"][i], t, 11)
             lines.append(row)
+    return "\n".join(lines)
+
+
+def generation(cases, results, contenders):
+    """Per contender and thread count: a whole generate call, one cached decoding step (the
+    difference between writing 64 tokens and 1, over 63), the bytes such a step must read, and the
+    share of numpy's copy bandwidth (same run) that this makes."""
+    from .cases import bytes_per_token
+    index = {(c["op"], c.get("new")): i for i, c in enumerate(cases)}
+    if ("generate", 1) not in index or ("generate", 64) not in index:
+        return ""
+    one, many = index[("generate", 1)], index[("generate", 64)]
+    c = cases[many]
+    mb = bytes_per_token(c) / 1e6
+    lines = [f"generation, {case_name(c)}: a step reads >= {mb:.1f} MB (weights + KV cache); "
+             "ms per token = (new=64 - new=1) / 63"]
+    for threads, res in results.items():
+        copy = res.get("copy")
+        lines.append(f"-- {threads} thread(s): numpy copies at {copy or float('nan'):.1f} GB/s")
+        for name in contenders:
+            total, first = res[name][many], res[name][one]
+            if total is None or first is None:
+                continue
+            step = (total - first) / 63
+            rate = mb / 1e3 / step if step > 0 else float("nan")
+            share = f", {100 * rate / copy:.0f}% of copy" if copy else ""
+            lines.append(f"{name:>14s}: generate {total * 1e3:9.1f} ms, {step * 1e3:7.2f} ms/token, "
+                         f"{1 / step if step > 0 else float('nan'):6.1f} tokens/s, {rate:5.1f} GB/s{share}")
     return "\n".join(lines)
 
 

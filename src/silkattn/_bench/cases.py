@@ -64,11 +64,20 @@ def attention_cases(full):
                     if full or quick:
                         cases.append(dict(op="attention", S=S, heads=heads, dk=64, causal=causal,
                                           dtype=dtype))
+    # one new query against a KV cache of S keys (a decoding step), eight heads
+    cases += [dict(op="attention", S=S, Sq=1, heads=8, dk=64, causal=False, dtype="float32")
+              for S in ((512, 4096) if full else (4096,))]
     return cases
 
 
-def _attention_shape(c):
-    return (c["S"], c["dk"]) if not c["heads"] else (1, c["heads"], c["S"], c["dk"])
+def _attention_shape(c, rows):
+    return (rows, c["dk"]) if not c["heads"] else (1, c["heads"], rows, c["dk"])
+
+
+def _attention_inputs(c):
+    rng = _rng()
+    rows = (c.get("Sq", c["S"]), c["S"], c["S"])  # queries, keys, values
+    return [rng.standard_normal(_attention_shape(c, n)).astype(c["dtype"]) for n in rows]
 
 
 def _attention_torch(c, args):
@@ -88,16 +97,19 @@ def _attention_reference(c, args):
 
 
 def _attention_label(c):
+    if "Sq" in c:  # a query block against S cached keys
+        return f"attention (1,{c['heads']},{c['Sq']},{c['dk']}) vs {c['S']} keys {c['dtype']}"
     shape = f"({c['S']},{c['dk']})" if not c["heads"] else f"(1,{c['heads']},{c['S']},{c['dk']})"
     return f"attention {shape}{' causal' if c['causal'] else ''} {c['dtype']}"
 
 
 ATTENTION = Op(
     "attention", attention_cases, label=_attention_label,
-    inputs=lambda c: [_rng().standard_normal(_attention_shape(c)).astype(c["dtype"]) for _ in range(3)],
+    inputs=_attention_inputs,
     silkattn=lambda c, args, sa: Call(lambda: sa.attention(*args, causal=c["causal"])),
     rivals={"numpy": _attention_reference, "torch": _attention_torch},
-    gflop=lambda c: 4.0 * c["S"] ** 2 * c["dk"] * max(c["heads"], 1) / (2 if c["causal"] else 1) / GFLOP,
+    gflop=lambda c: 4.0 * c.get("Sq", c["S"]) * c["S"] * c["dk"] * max(c["heads"], 1) / (1 + c["causal"])
+    / GFLOP,
 )
 
 
@@ -216,7 +228,55 @@ TRANSFORMER = Op(
 )
 
 
-OPS = {op.name: op for op in (ATTENTION, SOFTMAX, LAYER_NORM, MULTI_HEAD, TRANSFORMER)}
+# ---------------------------------------------------------------- generation with a KV cache
+
+def generation_cases(full):
+    """The seed-sized decoder (vocab 1000) writing 64 tokens after a 256-token prompt, and 1 token
+    (the prefill alone, nearly): their difference over 63 is the time of one cached decoding step."""
+    if not full:
+        return []
+    return [dict(op="generate", prompt=256, new=new, d=512, h=8, n_layers=6, vocab=1000, dtype="float32")
+            for new in (1, 64)]
+
+
+def _generation_inputs(c):
+    from silkattn import reference as ref
+    P = ref.init_params(c["vocab"], d=c["d"], h=c["h"], n_layers=c["n_layers"], d_ff=4 * c["d"],
+                        max_len=c["prompt"] + c["new"], seed=0, dtype=np.dtype(c["dtype"]))
+    return dict(P=P, prompt=_rng().integers(0, c["vocab"], c["prompt"]))
+
+
+def bytes_per_token(c):
+    """Bytes one cached decoding step reads at the least: every weight once (the tied embedding for
+    the logits) and the layers' cached keys and values, at the mean cache length."""
+    d, d_ff, L = c["d"], 4 * c["d"], c["n_layers"]
+    weights = L * (4 * d * d + 2 * d * d_ff + d_ff + 5 * d) + c["vocab"] * d
+    cache = L * 2 * d * (c["prompt"] + c["new"] / 2)
+    return (weights + cache) * np.dtype(c["dtype"]).itemsize
+
+
+def _generation_reference(c, a):  # recomputes the whole forward pass for every new token
+    from silkattn import reference as ref
+    return Call(lambda: ref.generate(a["prompt"], a["P"], c["new"]))
+
+
+def _generation_torch(c, a):
+    torch = _torch()
+    from . import rivals
+    T, prompt = rivals.tensors(torch, a["P"]), torch.from_numpy(a["prompt"])
+    return Call(_inference(torch, lambda: rivals.generate(torch, prompt, T, c["new"])), np.asarray)
+
+
+GENERATE = Op(
+    "generate", generation_cases,
+    label=lambda c: f"generate N={c['n_layers']} d={c['d']} prompt={c['prompt']} new={c['new']} {c['dtype']}",
+    inputs=_generation_inputs,
+    silkattn=lambda c, a, sa: Call(lambda: sa.generate(a["prompt"], a["P"], c["new"])),
+    rivals={"numpy": _generation_reference, "torch": _generation_torch},
+)
+
+
+OPS = {op.name: op for op in (ATTENTION, SOFTMAX, LAYER_NORM, MULTI_HEAD, TRANSFORMER, GENERATE)}
 RIVALS = ("numpy", "torch")
 
 

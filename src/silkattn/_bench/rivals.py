@@ -36,3 +36,36 @@ def transformer(torch, token_ids, P):
     for layer in P["layers"]:
         X = block(torch, X, layer)
     return X @ P["emb"].T
+
+
+def generate(torch, prompt, T, max_new):
+    """Greedy tokens after the prompt with a preallocated KV cache: the prompt in one causal call,
+    then one query row per step against the cache (scaled_dot_product_attention, no mask)."""
+    F = torch.nn.functional
+    layers, d = T["layers"], T["emb"].shape[1]
+    cache = torch.empty((len(layers), 2, len(prompt) + max_new, d), dtype=T["emb"].dtype)
+
+    def forward(ids, start):
+        n, end = len(ids), start + len(ids)
+        X = T["emb"][ids] + T["pos"][start:end]
+        for i, p in enumerate(layers):
+            (Wq, Wk, Wv, Wo), h = p["attn"], p["h"]
+            H = F.layer_norm(X, (d,), *p["ln1"], eps=1e-5)
+            torch.matmul(H, Wk, out=cache[i, 0, start:end])
+            torch.matmul(H, Wv, out=cache[i, 1, start:end])
+
+            def split(M):  # (rows, d) -> (1, h, rows, d_k)
+                return M.reshape(len(M), h, d // h).swapaxes(0, 1)[None]
+            K, V = split(cache[i, 0, :end]), split(cache[i, 1, :end])
+            A = F.scaled_dot_product_attention(split(H @ Wq), K, V, is_causal=n > 1)
+            X = X + A[0].swapaxes(0, 1).reshape(n, d) @ Wo
+            W1, b1, W2, b2 = p["ffn"]
+            X = X + torch.relu(F.layer_norm(X, (d,), *p["ln2"], eps=1e-5) @ W1 + b1) @ W2 + b2
+        return X[-1] @ T["emb"].T
+
+    out, logits = [], forward(prompt, 0)
+    for step in range(max_new):
+        out.append(int(torch.argmax(logits)))
+        if step + 1 < max_new:
+            logits = forward(torch.tensor(out[-1:]), len(prompt) + step)
+    return out

@@ -62,6 +62,13 @@ def gemm_rate(dtype):
     return 2 * 2048 ** 3 / time_call(lambda: a @ a, min_time=0.2) / GFLOP
 
 
+def copy_rate():
+    """GB/s numpy reads while copying 256 MiB (the ceiling of a step that streams its weights)."""
+    src = np.ones(1 << 26, np.float32)
+    dst = np.empty_like(src)
+    return src.nbytes / time_call(lambda: np.copyto(dst, src), min_time=0.2) / 1e9
+
+
 def _status_kib(field):
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
@@ -113,6 +120,7 @@ def main(spec):
     result = {"times": times}
     if builder == "numpy":
         result["sgemm"], result["dgemm"] = gemm_rate(np.float32), gemm_rate(np.float64)
+        result["copy"] = copy_rate()
     print(json.dumps(result))
 
 

@@ -1,9 +1,10 @@
 """The listing's decoder-only transformer on silkattn's ops: pre-norm blocks, the causal rule as the
-kernels' flag instead of a mask array, and every residual add fused with the layer norm after it."""
+kernels' flag instead of a mask array, and every residual add fused with the layer norm after it.
+forward_cached runs the same blocks on new positions against a KV cache (see generate.py)."""
 from .. import _checks as check
 from .. import ops
 from .config import DecoderConfig
-from .layers import feed_forward, multi_head
+from .layers import cached_self_attention, feed_forward, multi_head
 
 
 def block(X, p, mask=None, *, causal=False):  # X: (..., seq, d)
@@ -14,22 +15,35 @@ def block(X, p, mask=None, *, causal=False):  # X: (..., seq, d)
     return X + feed_forward(H, *p["ffn"])
 
 
-def transformer(token_ids, P):  # token_ids: (seq,) -> logits (seq, vocab)
-    """Decoder-only forward pass with the causal rule: embeddings + positions, N blocks, tied output.
-
-    The blocks are unrolled so that every residual add meets the layer norm after it in one pass.
-    """
-    config = DecoderConfig.of(P)
-    ids = check.token_ids(token_ids, config.vocab, config.max_len)
-    X = P["emb"][ids] + P["pos"][:len(ids)]
-    layers = P["layers"]
+def _blocks(X, layers, attend):
+    """The pre-norm blocks over X, unrolled so that every residual add meets the layer norm after
+    it in one pass; attend(i, H) is layer i's attention sublayer on its normed input."""
     H = ops.layer_norm(X, *layers[0]["ln1"]) if layers else None
     for i, p in enumerate(layers):
-        A = multi_head(H, *p["attn"], p["h"], causal=True)
-        X, H = ops.add_layer_norm(X, A, *p["ln2"])
+        X, H = ops.add_layer_norm(X, attend(i, H), *p["ln2"])
         F = feed_forward(H, *p["ffn"])
         if i + 1 < len(layers):
             X, H = ops.add_layer_norm(X, F, *layers[i + 1]["ln1"])
         else:
             X = X + F
+    return X
+
+
+def transformer(token_ids, P):  # token_ids: (seq,) -> logits (seq, vocab)
+    """Decoder-only forward pass with the causal rule: embeddings + positions, N blocks, tied output."""
+    config = DecoderConfig.of(P)
+    ids = check.token_ids(token_ids, config.vocab, config.max_len)
+    X = P["emb"][ids] + P["pos"][:len(ids)]
+    layers = P["layers"]
+    X = _blocks(X, layers, lambda i, H: multi_head(H, *layers[i]["attn"], layers[i]["h"], causal=True))
     return X @ P["emb"].T
+
+
+def forward_cached(ids, P, cache, start):  # ids: (n,) at positions start .. start + n - 1
+    """The last new position's logits (vocab,), the new keys and values written to cache[layer]
+    (checked arguments: generate validates P and the ids once)."""
+    X = P["emb"][ids] + P["pos"][start:start + len(ids)]
+    layers = P["layers"]
+    X = _blocks(X, layers,
+                lambda i, H: cached_self_attention(H, *layers[i]["attn"], layers[i]["h"], cache[i], start))
+    return X[-1] @ P["emb"].T

@@ -29,7 +29,7 @@ from . import driver  # noqa: E402  (after the thread pool has started)
 
 OPENMP = True  # Numba's own threading layer (omp, tbb or workqueue) is always there
 KERNELS = Kernels("numba", softmax=driver.softmax, layer_norm=driver.layer_norm, attention=driver.attention,
-                  isa="avx2 (llvm)")
+                  attention_decode=driver.attention_decode, isa="avx2 (llvm)")
 
 globals().update(ops.bind(KERNELS))
 __all__ = ["KERNELS", "OPENMP", *ops.OPS]

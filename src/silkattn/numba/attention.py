@@ -116,18 +116,19 @@ def scratch_layout(dk, dvp, Sk):
 
 
 @_jit()
-def _exact_row(q, kp, vp, mask, orow, qrow, u, mrow, i, Sk, dk, dv, scale, causal, masked, row):
+def _exact_row(q, k, v, mask, orow, qrow, krow, vrow, ks, vs, mrow, i, Sk, dk, dv, scale, causal, masked,
+               row):
     """One query row done the plain two-pass way over all Sk keys, masked scores = -1e9 as in the
     reference: used for the rare rows whose final max is below EXACT_BELOW (e.g. every key masked,
     which gives mean(V)), where the skipped and zero-flushed masked keys would have counted.
+    q, k, v, mask: the flat operands, the row's query at qrow, key j at krow + j * ks (v likewise);
     i: the query's position (its index plus the causal offset).
     orow: the row's d_v outputs; row: scratch of >= Sk values."""
     zero = scale - scale
     for j in range(Sk):
-        t, jj = j // BK, j % BK
         s = zero
         for d in range(dk):
-            s += q[qrow + d] * kp[u, t, d, jj]
+            s += q[qrow + d] * k[krow + j * ks + d]
         s = s * scale
         if (masked and mask[mrow + j] == 0) or (causal and j > i):
             s = MASKED
@@ -143,14 +144,14 @@ def _exact_row(q, kp, vp, mask, orow, qrow, u, mrow, i, Sk, dk, dv, scale, causa
         orow[d] = 0
     for j in range(Sk):
         for d in range(dv):
-            orow[d] += row[j] * vp[u, j, d]
+            orow[d] += row[j] * v[vrow + j * vs + d]
     for d in range(dv):
         orow[d] = orow[d] / total
 
 
 @_jit(parallel=True)
-def attention_tiles(q, kp, vp, mask, out, qoff, moff, unit, qs, ms, Sq, Sk, dk, dv, causal, q_offset, masked,
-                    items, starts, work):
+def attention_tiles(q, k, v, kp, vp, mask, out, qoff, koff, voff, moff, unit, qs, ks, vs, ms, Sq, Sk, dk, dv,
+                    causal, q_offset, masked, items, starts, work):
     """Work item w = (query tile w // B, batch item w % B); items/starts: the items each thread runs
     (len(starts) - 1 = Numba's current thread count, passed in: numba.get_num_threads() in jitted
     code would make the function uncachable); work: (>= threads, scratch_layout(...)[-1]) per-thread
@@ -331,10 +332,165 @@ def attention_tiles(q, kp, vp, mask, out, qoff, moff, unit, qs, ms, Sq, Sk, dk, 
                 i = i0 + r
                 ob = (b * Sq + i) * dv
                 if mrun[r] < EXACT_BELOW:
-                    _exact_row(q, kp, vp, mask, out[ob:ob + dv], qoff[b] + i * qs, u, moff[b] + i * ms,
-                               i + q_offset,
+                    _exact_row(q, k, v, mask, out[ob:ob + dv], qoff[b] + i * qs, koff[b], voff[b], ks, vs,
+                               moff[b] + i * ms, i + q_offset,
                                Sk, dk, dv, scale, causal, masked, work[tid, o_row:o_row + Sk])
                 else:
                     inv = lrun[r]
                     for d in range(dv):
                         out[ob + d] = acc[r * dvp + d] / inv
+
+
+# ---- single-query (decode) attention: one query row against a long run of keys ----
+# The tile kernel would pad the one query to a whole register block; here the query is a vector in
+# scratch, keys stream past it four at a time, and the online softmax runs over blocks of DEC_BLOCK
+# keys. Every item's keys are cut into chunks of DEC_CHUNK (fixed, so the result does not depend on
+# the thread count), the tasks the threads share; each leaves a partial (m, l, acc) that the merge
+# combines: m = max m_c, l = sum l_c e^(m_c - m), out = sum acc_c e^(m_c - m) / l.
+DEC_BLOCK = 64
+DEC_CHUNK = 256
+
+
+@_jit()
+def decode_scratch(dk):
+    """Elements of one thread's decode scratch: the scaled query, then a block of scores."""
+    return _round16(dk) + DEC_BLOCK + 16
+
+
+@_jit(parallel=True)
+def decode_rows(q, k, v, mask, out, qoff, koff, voff, moff, ks, vs, Sk, nk, dk, dv, q_offset, causal, masked,
+                nsplit, chunk, parts, work):
+    """out[b] = attention of batch item b's one query over its first nk keys (nk < Sk: the causal
+    rule hides the rest), the keys split into nsplit chunks of `chunk`. parts: (B * nsplit, dv + 2)
+    partial results (m, l, acc); work: (threads, decode_scratch(dk)) scratch by thread id."""
+    B = qoff.shape[0]
+    sc = np.empty(1, out.dtype)
+    sc[0] = 1.0 / math.sqrt(dk)
+    scale = sc[0]
+    W = vwidth(out)
+    dkv = dk - dk % W
+    dvv = dv - dv % W
+    o_s = _round16(dk)
+    for w in prange(B * nsplit):
+        tid = numba.get_thread_id()
+        qv = work[tid, :o_s]
+        s = work[tid, o_s:]
+        part = parts[w]
+        b = w // nsplit
+        j0 = (w % nsplit) * chunk
+        j1 = min(nk, j0 + chunk)
+        for d in range(dk):
+            qv[d] = q[qoff[b] + d] * scale
+        for c in range(dv + 2):
+            part[c] = 0
+        m = -np.inf
+        lsum = scale - scale
+        k0 = j0
+        while k0 < j1:
+            nb = min(DEC_BLOCK, j1 - k0)
+            j = 0
+            while j + 4 <= nb:  # four keys at a time: four independent chains of FMAs
+                kb = koff[b] + (k0 + j) * ks
+                c0 = vsplat(out, 0)
+                c1 = c0
+                c2 = c0
+                c3 = c0
+                for d in range(0, dkv, W):
+                    x = vload(qv, d)
+                    c0 = vfma(x, vload(k, kb + d), c0)
+                    c1 = vfma(x, vload(k, kb + ks + d), c1)
+                    c2 = vfma(x, vload(k, kb + 2 * ks + d), c2)
+                    c3 = vfma(x, vload(k, kb + 3 * ks + d), c3)
+                s0 = hsum(c0)
+                s1 = hsum(c1)
+                s2 = hsum(c2)
+                s3 = hsum(c3)
+                for d in range(dkv, dk):
+                    s0 += qv[d] * k[kb + d]
+                    s1 += qv[d] * k[kb + ks + d]
+                    s2 += qv[d] * k[kb + 2 * ks + d]
+                    s3 += qv[d] * k[kb + 3 * ks + d]
+                s[j] = s0
+                s[j + 1] = s1
+                s[j + 2] = s2
+                s[j + 3] = s3
+                j += 4
+            while j < nb:
+                kb = koff[b] + (k0 + j) * ks
+                c0 = vsplat(out, 0)
+                for d in range(0, dkv, W):
+                    c0 = vfma(vload(qv, d), vload(k, kb + d), c0)
+                s0 = hsum(c0)
+                for d in range(dkv, dk):
+                    s0 += qv[d] * k[kb + d]
+                s[j] = s0
+                j += 1
+            if masked:
+                for j in range(nb):
+                    if mask[moff[b] + k0 + j] == 0:
+                        s[j] = MASKED
+            mnew = m
+            for j in range(nb):
+                if s[j] > mnew or s[j] != s[j]:  # a NaN score makes the row NaN, as in the reference
+                    mnew = s[j]
+            for j in range(nb, (nb + W - 1) // W * W):
+                s[j] = -np.inf  # weighs 0
+            vm = vsplat(out, mnew)
+            vneg = vsplat(out, -1.0)
+            sm = vsplat(out, 0)
+            for j in range(0, nb, W):
+                p = vexp(vfma(vm, vneg, vload(s, j)))
+                vstore(s, j, p)
+                sm = vadd(sm, p)
+            alpha = math.exp(m - mnew)
+            lsum = lsum * alpha + hsum(sm)
+            if alpha != 1:
+                for c in range(dv):
+                    part[2 + c] *= alpha
+            m = mnew
+            vb = voff[b] + k0 * vs
+            c = 0
+            while c + 2 * W <= dvv:  # two registers of d_v: two chains
+                a0 = vload(part, 2 + c)
+                a1 = vload(part, 2 + c + W)
+                for j in range(nb):
+                    x = vbcast(s, j)
+                    a0 = vfma(x, vload(v, vb + j * vs + c), a0)
+                    a1 = vfma(x, vload(v, vb + j * vs + c + W), a1)
+                vstore(part, 2 + c, a0)
+                vstore(part, 2 + c + W, a1)
+                c += 2 * W
+            while c < dvv:
+                a0 = vload(part, 2 + c)
+                for j in range(nb):
+                    a0 = vfma(vbcast(s, j), vload(v, vb + j * vs + c), a0)
+                vstore(part, 2 + c, a0)
+                c += W
+            for cc in range(dvv, dv):
+                for j in range(nb):
+                    part[2 + cc] += s[j] * v[vb + j * vs + cc]
+            k0 += DEC_BLOCK
+        part[0] = m
+        part[1] = lsum
+    for b in range(B):  # merge each item's partial results
+        m = -np.inf
+        for c in range(nsplit):
+            mc = parts[b * nsplit + c, 0]
+            if mc > m or mc != mc:
+                m = mc
+        ob = b * dv
+        if m < EXACT_BELOW:
+            _exact_row(q, k, v, mask, out[ob:ob + dv], qoff[b], koff[b], voff[b], ks, vs, moff[b], q_offset,
+                       Sk, dk, dv, scale, causal, masked, np.empty(Sk, out.dtype))
+            continue
+        lsum = scale - scale
+        for d in range(dv):
+            out[ob + d] = 0
+        for c in range(nsplit):
+            part = parts[b * nsplit + c]
+            wgt = math.exp(part[0] - m)
+            lsum += part[1] * wgt
+            for d in range(dv):
+                out[ob + d] += part[2 + d] * wgt
+        for d in range(dv):
+            out[ob + d] = out[ob + d] / lsum

@@ -43,10 +43,27 @@ def attention(q, k, v, mask, out, offsets, strides, Sq, Sk, d_k, d_v, causal, q_
     _attention.pack_kv(k, v, np.ascontiguousarray(kv[:, 0]), np.ascontiguousarray(kv[:, 1]),
                        int(strides[1]), int(strides[2]), Sk, d_k, d_v, dvp, kp, vp)
     sched, starts = _schedule(len(offsets), Sq, Sk, bool(causal), int(q_offset), nthreads)
-    _attention.attention_tiles(q, kp, vp, mask, out, np.ascontiguousarray(offsets[:, 0]),
-                               np.ascontiguousarray(offsets[:, 3]), unit, int(strides[0]), int(strides[3]),
-                               Sq, Sk, d_k, d_v, bool(causal), int(q_offset), bool(masked), sched, starts,
-                               work)
+    qoff, koff, voff, moff = (np.ascontiguousarray(offsets[:, i]) for i in range(4))
+    qs, ks, vs, ms = (int(s) for s in strides)
+    _attention.attention_tiles(q, k, v, kp, vp, mask, out, qoff, koff, voff, moff, unit, qs, ks, vs, ms, Sq,
+                               Sk, d_k, d_v, bool(causal), int(q_offset), bool(masked), sched, starts, work)
+
+
+def attention_decode(q, k, v, mask, out, offsets, strides, Sq, Sk, d_k, d_v, causal, q_offset, masked,
+                     num_threads):
+    """The kernel contract for one query row (Sq == 1): each item's keys cut into chunks the threads
+    share, partial results merged (see attention.decode_rows)."""
+    if Sq != 1:
+        raise ValueError("attention_decode takes one query row (Sq == 1)")
+    nthreads = _use_threads(num_threads)
+    B, nk = len(offsets), min(Sk, q_offset + 1) if causal else Sk  # keys past the query weigh 0
+    nsplit = -(-nk // _attention.DEC_CHUNK)
+    parts = _workspace("parts", (B * nsplit, d_v + 2), out.dtype)
+    work = _workspace("decode", (nthreads, _attention.decode_scratch(d_k)), out.dtype)
+    qoff, koff, voff, moff = (np.ascontiguousarray(offsets[:, i]) for i in range(4))
+    _attention.decode_rows(q, k, v, mask, out, qoff, koff, voff, moff, int(strides[1]), int(strides[2]), Sk,
+                           nk, d_k, d_v, int(q_offset), bool(causal), bool(masked), nsplit,
+                           _attention.DEC_CHUNK, parts, work)
 
 
 _local = threading.local()

@@ -1,0 +1,123 @@
+"""Generation with a KV cache: the incremental logits equal a full recompute at every step (so the
+positions continue from the prompt and the cache holds every earlier key), greedy tokens equal the
+reference's recompute-every-step generate on every backend, sampling is reproducible."""
+import numpy as np
+import pytest
+from test_seq2seq import as_f64, small_seq2seq
+
+import silkattn
+from silkattn import reference as ref
+from silkattn.models import decoder, seq2seq
+from silkattn.models.generate import KVCache
+
+from conftest import DTYPES, assert_close
+
+
+def small_decoder(dtype=np.float32, seed=0, vocab=50, max_len=300):
+    return ref.init_params(vocab, d=64, h=4, n_layers=2, d_ff=96, max_len=max_len, seed=seed, dtype=dtype)
+
+
+def assert_clear_winner(logits, tol):
+    """Greedy comparisons are only meaningful where the top two logits differ by more than a
+    kernel's rounding: say so, instead of failing on a tie."""
+    top2 = np.sort(np.asarray(logits, np.float64))[-2:]
+    assert top2[1] - top2[0] > 100 * tol, f"near tie in the reference's logits: {top2}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cached_logits_equal_a_full_recompute_at_every_step(on_backend, rng, dtype):
+    """Prefill 70 tokens, then one token a step across the 64-key tile edges of the kernels."""
+    P = small_decoder(dtype)
+    P64 = as_f64(P)
+    ids = rng.integers(0, 50, 140)
+    cache = KVCache(2, len(ids), 64, dtype)
+    logits = decoder.forward_cached(ids[:70], P, cache, 0)
+    assert_close(logits, ref.transformer(ids[:70], P64)[-1], dtype)
+    for t in range(70, len(ids)):
+        logits = decoder.forward_cached(ids[t:t + 1], P, cache, t)
+        assert_close(logits, ref.transformer(ids[:t + 1], P64)[-1], dtype)
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_cached_seq2seq_logits_equal_a_full_recompute(on_backend, rng, norm):
+    P = small_seq2seq(norm, np.float32)
+    P64 = as_f64(P)
+    src, pad = rng.integers(0, 23, 11), np.arange(11) < 8
+    memory = silkattn.encode(src, P, pad)
+    memory64 = ref.encode(src, P64, pad)
+    tgt = rng.integers(0, 29, 30)
+    cache, cross = KVCache(2, len(tgt), 32, np.float32), seq2seq.cross_cache(memory, P)
+    logits = seq2seq.decode_cached(tgt[:5], P, cache, 0, cross, pad)  # prefill
+    assert_close(logits, ref.decode(tgt[:5], memory64, P64, pad)[-1], np.float32)
+    for t in range(5, len(tgt)):
+        logits = seq2seq.decode_cached(tgt[t:t + 1], P, cache, t, cross, pad)
+        assert_close(logits, ref.decode(tgt[:t + 1], memory64, P64, pad)[-1], np.float32)
+
+
+def test_greedy_tokens_equal_the_reference_on_every_backend(on_backend, rng):
+    P = small_decoder(np.float32, seed=3)
+    prompt = rng.integers(0, 50, 20)
+    expected = ref.generate(prompt, as_f64(P), 40)
+    ids = np.concatenate([prompt, expected])
+    for t in range(len(prompt), len(ids)):
+        assert_clear_winner(ref.transformer(ids[:t], as_f64(P))[-1], 1e-4)
+    out = silkattn.generate(prompt, P, 40)
+    assert out.dtype == np.int64 and out.shape == (40,)
+    np.testing.assert_array_equal(out, expected)
+
+
+def test_seq2seq_greedy_tokens_equal_the_reference(on_backend, rng):
+    P = small_seq2seq("post", np.float32, seed=2)
+    src, pad = rng.integers(0, 23, 9), np.arange(9) < 7
+    memory = silkattn.encode(src, P, pad)
+    expected = ref.generate([1], as_f64(P), 12, memory=ref.encode(src, as_f64(P), pad), memory_mask=pad)
+    np.testing.assert_array_equal(silkattn.generate([1], P, 12, memory=memory, memory_mask=pad), expected)
+
+
+def test_sampling_is_reproducible_and_top_k_1_is_greedy(rng):
+    P = small_decoder(np.float32, seed=4)
+    prompt = rng.integers(0, 50, 10)
+    a = silkattn.generate(prompt, P, 30, temperature=1.0, top_k=10, seed=7)
+    np.testing.assert_array_equal(a, silkattn.generate(prompt, P, 30, temperature=1.0, top_k=10, seed=7))
+    assert not np.array_equal(a, silkattn.generate(prompt, P, 30, temperature=1.0, top_k=10, seed=8))
+    np.testing.assert_array_equal(a, ref.generate(prompt, P, 30, temperature=1.0, top_k=10, seed=7))
+    np.testing.assert_array_equal(silkattn.generate(prompt, P, 30, temperature=0.7, top_k=1, seed=1),
+                                  silkattn.generate(prompt, P, 30))
+
+
+def test_generation_stops_at_eos_and_fills_the_model(rng):
+    P = small_decoder(np.float32, seed=5, max_len=40)
+    prompt = rng.integers(0, 50, 8)
+    full = silkattn.generate(prompt, P, 32)  # exactly the 40 positions
+    eos = int(full[5])
+    stop = list(full).index(eos)
+    np.testing.assert_array_equal(silkattn.generate(prompt, P, 32, eos_id=eos), full[:stop + 1])
+    assert silkattn.generate(prompt, P, 0).shape == (0,)
+
+
+def test_cache_is_preallocated_and_its_size_reported():
+    cache = KVCache(6, 320, 512, np.float32)
+    assert cache.data.shape == (6, 2, 320, 512)
+    assert cache.bytes_per_token == 2 * 512 * 4  # keys and values, per layer
+    K, V = cache[3]
+    assert K.shape == V.shape == (320, 512) and np.shares_memory(K, cache.data)
+
+
+@pytest.mark.parametrize("kwargs, error, text", [
+    (dict(max_new_tokens=-1), ValueError, "max_new_tokens must be >= 0"),
+    (dict(max_new_tokens=2.5), TypeError, "max_new_tokens must be an int"),
+    (dict(max_new_tokens=300), ValueError, "exceed the 40 positions"),
+    (dict(temperature=-1.0), ValueError, "temperature must be a finite number >= 0"),
+    (dict(temperature=float("nan")), ValueError, "temperature"),
+    (dict(top_k=0), ValueError, "top_k must be >= 1"),
+    (dict(prompt_ids=[]), ValueError, "prompt_ids is empty"),
+    (dict(prompt_ids=[50]), ValueError, r"prompt_ids must lie in \[0, 50\)"),
+    (dict(memory=np.ones((3, 64))), ValueError, "P lacks 'src_emb'"),
+])
+def test_generate_refuses_bad_arguments(on_backend, kwargs, error, text):
+    P = small_decoder(np.float32, max_len=40)
+    args = dict(prompt_ids=[1, 2, 3], max_new_tokens=4) | kwargs
+    prompt, n = args.pop("prompt_ids"), args.pop("max_new_tokens")
+    for generate in (silkattn.generate, ref.generate):
+        with pytest.raises(error, match=text):
+            generate(prompt, P, n, **args)
