@@ -207,8 +207,9 @@ static void SA_FN(sa_attn_tile)(const sa_attn_args *a, int64_t b, int64_t q0, vo
 
 /* ---- single-query (decode) attention: one query row against a long run of keys ----
  * The tile kernel would pad the one query to a whole register block; here the query is a vector
- * held in cache, the keys stream past it 4 at a time (4 independent dot products), and the online
- * softmax runs over blocks of SA_DEC_BLOCK keys. A call splits each batch item's keys into chunks
+ * held in cache, the keys stream past it SA_VL at a time (independent dot products whose lane
+ * sums come out as one vector, see lane_sums), and the online softmax runs over blocks of
+ * SA_DEC_BLOCK keys. A call splits each batch item's keys into chunks
  * (when there are fewer items than threads), each chunk leaving a partial result (m, l, acc) that
  * sa_attn_decode_merge combines: m = max m_c, l = sum l_c 2^(m_c - m), out = sum acc_c 2^(m_c - m) / l. */
 
@@ -230,17 +231,20 @@ static void SA_FN(sa_attn_decode_part)(const sa_attn_args *a, int64_t b, int64_t
     for (int64_t k0 = j0; k0 < j1; k0 += SA_DEC_BLOCK) {
         const int64_t nb = SA_DEC_BLOCK < j1 - k0 ? SA_DEC_BLOCK : j1 - k0;
         int64_t j = 0;
-        for (; j + 4 <= nb; j += 4) {  /* four keys at a time: four independent chains of FMAs */
-            const SA_T *k_0 = k + (k0 + j) * rs_k, *k_1 = k_0 + rs_k, *k_2 = k_1 + rs_k, *k_3 = k_2 + rs_k;
-            VEC c0 = SA_FN(splat)(0), c1 = c0, c2 = c0, c3 = c0;
-            int64_t d = 0;
-            for (; d < dkv; d += SA_VL) {
-                VEC x = LOAD(qs + d);
-                c0 += x * LOAD(k_0 + d); c1 += x * LOAD(k_1 + d); c2 += x * LOAD(k_2 + d); c3 += x * LOAD(k_3 + d);
+        for (; j + SA_VL <= nb; j += SA_VL) {  /* SA_VL keys at a time: SA_VL independent chains of FMAs */
+            const SA_T *kj = k + (k0 + j) * rs_k;
+            VEC c[SA_VL];
+#pragma GCC unroll 16
+            for (int u = 0; u < SA_VL; u++) c[u] = SA_FN(splat)(0);
+            for (int64_t d = 0; d < dkv; d += SA_VL) {
+                const VEC x = LOAD(qs + d);
+#pragma GCC unroll 16
+                for (int u = 0; u < SA_VL; u++) c[u] += x * LOAD(kj + u * rs_k + d);
             }
-            SA_T s0 = SA_FN(hsum)(c0), s1 = SA_FN(hsum)(c1), s2 = SA_FN(hsum)(c2), s3 = SA_FN(hsum)(c3);
-            for (; d < dk; d++) s0 += qs[d] * k_0[d], s1 += qs[d] * k_1[d], s2 += qs[d] * k_2[d], s3 += qs[d] * k_3[d];
-            s[j] = s0, s[j + 1] = s1, s[j + 2] = s2, s[j + 3] = s3;
+            VEC sums = SA_FN(lane_sums)(c);
+            for (int64_t d = dkv; d < dk; d++)
+                for (int u = 0; u < SA_VL; u++) sums[u] += qs[d] * kj[u * rs_k + d];
+            STORE(s + j, sums);
         }
         for (; j < nb; j++) {
             const SA_T *kr = k + (k0 + j) * rs_k;
@@ -253,9 +257,10 @@ static void SA_FN(sa_attn_decode_part)(const sa_attn_args *a, int64_t b, int64_t
         }
         if (mrow)
             for (j = 0; j < nb; j++) s[j] = mrow[k0 + j] ? s[j] : masked_l2;
-        SA_T mnew = m;
-        for (j = 0; j < nb; j++) mnew = (s[j] > mnew || s[j] != s[j]) ? s[j] : mnew;  /* NaN spreads */
         for (j = nb; j < (nb + SA_VL - 1) / SA_VL * SA_VL; j++) s[j] = -INFINITY;  /* weighs 0 */
+        VEC mv = SA_FN(splat)(m);  /* a NaN score is not the max, but its weight, NaN, spreads */
+        for (j = 0; j < nb; j += SA_VL) mv = SA_FN(vmax)(LOAD(s + j), mv);
+        const SA_T mnew = SA_FN(hmax)(mv);
         VEC sum = SA_FN(splat)(0);
         for (j = 0; j < nb; j += SA_VL) {
             VEC p = SA_FN(exp2v)(LOAD(s + j) - mnew);
@@ -269,6 +274,19 @@ static void SA_FN(sa_attn_decode_part)(const sa_attn_args *a, int64_t b, int64_t
         m = mnew;
         const SA_T *vb = v + k0 * rs_v;
         int64_t c = 0;
+        for (; c + 8 * SA_VL <= dvv; c += 8 * SA_VL) {  /* eight registers of d_v: eight chains */
+            VEC a8[8];
+#pragma GCC unroll 8
+            for (int u = 0; u < 8; u++) a8[u] = LOAD(acc + c + u * SA_VL);
+            for (j = 0; j < nb; j++) {
+                const SA_T *vr = vb + j * rs_v + c;
+                const VEC p = SA_FN(splat)(s[j]);
+#pragma GCC unroll 8
+                for (int u = 0; u < 8; u++) a8[u] += p * LOAD(vr + u * SA_VL);
+            }
+#pragma GCC unroll 8
+            for (int u = 0; u < 8; u++) STORE(acc + c + u * SA_VL, a8[u]);
+        }
         for (; c + 4 * SA_VL <= dvv; c += 4 * SA_VL) {  /* four registers of d_v: four chains */
             VEC a0 = LOAD(acc + c), a1 = LOAD(acc + c + SA_VL), a2 = LOAD(acc + c + 2 * SA_VL);
             VEC a3 = LOAD(acc + c + 3 * SA_VL);

@@ -7,6 +7,9 @@ typedef SA_I SA_FN(ivec) __attribute__((vector_size(SA_VBYTES)));
 #define VEC SA_FN(vec)
 #define IVEC SA_FN(ivec)
 #define LOAD(p) (*(const SA_FN(uvec) *)(p))
+#ifndef SA_ARGS
+#define SA_ARGS(...) __VA_ARGS__  /* a braced list passed through a macro argument */
+#endif
 #define STORE(p, x) (*(SA_FN(uvec) *)(p) = (x))
 
 static inline VEC SA_FN(splat)(SA_T x) { return (VEC){0} + x; }
@@ -32,6 +35,45 @@ static inline SA_T SA_FN(hsum)(VEC x) {
     for (int i = 0; i < SA_VL; i++) s += x[i];
     return s;
 }
+/* The lane sums of SA_VL vectors at once, r[i] = sum of v[i]'s lanes: log2(SA_VL) levels of a
+ * shuffle-and-add transpose (level B adds lanes B apart, taking alternate blocks of B lanes from
+ * the two inputs), instead of one horizontal sum per vector. */
+static inline VEC SA_FN(pairsum)(VEC a, VEC b, IVEC lo, IVEC hi) {
+    return __builtin_shuffle(a, b, lo) + __builtin_shuffle(a, b, hi);
+}
+static inline VEC SA_FN(lane_sums)(const VEC *v) {
+#define SA_PS(a, b, lo, hi) SA_FN(pairsum)(a, b, (IVEC)lo, (IVEC)hi)
+#if SA_VBYTES / SA_TBYTES == 2
+    return SA_PS(v[0], v[1], SA_ARGS({0, 2}), SA_ARGS({1, 3}));
+#elif SA_VBYTES / SA_TBYTES == 4
+#define L1(a, b) SA_PS(a, b, SA_ARGS({0, 4, 2, 6}), SA_ARGS({1, 5, 3, 7}))
+    return SA_PS(L1(v[0], v[1]), L1(v[2], v[3]), SA_ARGS({0, 1, 4, 5}), SA_ARGS({2, 3, 6, 7}));
+#undef L1
+#elif SA_VBYTES / SA_TBYTES == 8
+#define L1(a, b) SA_PS(a, b, SA_ARGS({0, 8, 2, 10, 4, 12, 6, 14}), SA_ARGS({1, 9, 3, 11, 5, 13, 7, 15}))
+#define L2(a, b) SA_PS(a, b, SA_ARGS({0, 1, 8, 9, 4, 5, 12, 13}), SA_ARGS({2, 3, 10, 11, 6, 7, 14, 15}))
+    VEC x0 = L2(L1(v[0], v[1]), L1(v[2], v[3])), x1 = L2(L1(v[4], v[5]), L1(v[6], v[7]));
+    return SA_PS(x0, x1, SA_ARGS({0, 1, 2, 3, 8, 9, 10, 11}), SA_ARGS({4, 5, 6, 7, 12, 13, 14, 15}));
+#undef L1
+#undef L2
+#elif SA_VBYTES / SA_TBYTES == 16
+#define L1(a, b) SA_PS(a, b, SA_ARGS({0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30}), \
+                       SA_ARGS({1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}))
+#define L2(a, b) SA_PS(a, b, SA_ARGS({0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29}), \
+                       SA_ARGS({2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31}))
+#define L4(a, b) SA_PS(a, b, SA_ARGS({0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27}), \
+                       SA_ARGS({4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31}))
+    VEC x0 = L4(L2(L1(v[0], v[1]), L1(v[2], v[3])), L2(L1(v[4], v[5]), L1(v[6], v[7])));
+    VEC x1 = L4(L2(L1(v[8], v[9]), L1(v[10], v[11])), L2(L1(v[12], v[13]), L1(v[14], v[15])));
+    return SA_PS(x0, x1, SA_ARGS({0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23}),
+                 SA_ARGS({8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}));
+#undef L1
+#undef L2
+#undef L4
+#endif
+#undef SA_PS
+}
+
 static inline SA_T SA_FN(hmax)(VEC x) {
     SA_T s = x[0];
     for (int i = 1; i < SA_VL; i++) s = x[i] > s ? x[i] : s;

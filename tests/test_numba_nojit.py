@@ -39,6 +39,14 @@ SCRIPT = textwrap.dedent("""
             full = tri if causal and m is None else (m & tri if causal else m)
             np.testing.assert_allclose(sn.attention(Q, K, V, m, causal=causal, q_offset=off),
                                        ref.attention(*f64(Q, K, V), full), **TOL[np.dtype(dtype)])
+        # one query row: the decode path (keys in chunks of 256: 300 keys make two)
+        Kd = rng.standard_normal((2, 300, 20)).astype(dtype)
+        Vd = rng.standard_normal((2, 300, 12)).astype(dtype)
+        pad = np.arange(300) < np.array([300, 7])[:, None, None]
+        for m, off in ((None, 299), (pad, 299), (None, 100)):
+            full = ref.causal_mask(1, 300, off) if m is None else m & ref.causal_mask(1, 300, off)
+            np.testing.assert_allclose(sn.attention(Q[:, :1], Kd, Vd, m, causal=True, q_offset=off),
+                                       ref.attention(*f64(Q[:, :1], Kd, Vd), full), **TOL[np.dtype(dtype)])
         x = (rng.standard_normal((5, 13)) * 4).astype(dtype)
         x[1] = -1e9
         np.testing.assert_allclose(sn.softmax(x), ref.softmax(*f64(x)), **TOL[np.dtype(dtype)])

@@ -62,6 +62,10 @@ if numba.config.DISABLE_JIT:
     def hmax(v):
         return v.max()
 
+    def vsum4(a, b, c, d):
+        return np.concatenate([[a.sum(dtype=a.dtype), b.sum(dtype=a.dtype), c.sum(dtype=a.dtype),
+                                d.sum(dtype=a.dtype)], np.zeros(a.size - 4, a.dtype)]).astype(a.dtype)
+
     def vexp(v):
         lo = -87.33654 if v.dtype == np.float32 else -708.0
         with np.errstate(under="ignore", over="ignore"):
@@ -235,6 +239,31 @@ else:
                 return builder.select(builder.fcmp_ordered(">", y, x), y, x)
             return _reduce(builder, args[0], larger)
         return v.dtype(v), codegen
+
+    @intrinsic
+    def vsum4(typingctx, a, b, c, d):
+        """Lanes 0..3: the lane sums of a, b, c and d, by a transpose of shuffles and adds (pairs of
+        lanes, then pairs of pairs, then halves folded); the other lanes are left undefined."""
+        if not isinstance(a, Vec) or not a == b == c == d or a.lanes < 4:
+            return None
+
+        def codegen(context, builder, sig, args):
+            W = sig.args[0].lanes
+
+            def lanes(idx):
+                return ir.Constant(ir.VectorType(ir.IntType(32), W), idx)
+
+            def level(x, y, B):  # lane i: lanes i and i + B of x (even blocks of B) or y (odd blocks)
+                lo = [i if (i // B) % 2 == 0 else W + i - B for i in range(W)]
+                return builder.fadd(builder.shuffle_vector(x, y, lanes(lo)),
+                                    builder.shuffle_vector(x, y, lanes([t + B for t in lo])))
+            x = level(level(args[0], args[1], 1), level(args[2], args[3], 1), 2)
+            half = W // 2
+            while half >= 4:
+                x = builder.fadd(x, builder.shuffle_vector(x, x, lanes([(i + half) % W for i in range(W)])))
+                half //= 2
+            return x
+        return a(a, b, c, d), codegen
 
     @intrinsic
     def vexp(typingctx, v):

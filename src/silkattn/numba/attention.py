@@ -38,6 +38,7 @@ from ._simd import (
     vmul,
     vsplat,
     vstore,
+    vsum4,
     vwidth,
 )
 
@@ -343,10 +344,11 @@ def attention_tiles(q, k, v, kp, vp, mask, out, qoff, koff, voff, moff, unit, qs
 
 # ---- single-query (decode) attention: one query row against a long run of keys ----
 # The tile kernel would pad the one query to a whole register block; here the query is a vector in
-# scratch, keys stream past it four at a time, and the online softmax runs over blocks of DEC_BLOCK
-# keys. Every item's keys are cut into chunks of DEC_CHUNK (fixed, so the result does not depend on
-# the thread count), the tasks the threads share; each leaves a partial (m, l, acc) that the merge
-# combines: m = max m_c, l = sum l_c e^(m_c - m), out = sum acc_c e^(m_c - m) / l.
+# scratch, keys stream past it four at a time (four dot products whose sums come out as one vector,
+# vsum4), and the online softmax runs over blocks of DEC_BLOCK keys. Every item's keys are cut into
+# chunks of DEC_CHUNK (fixed, so the result does not depend on the thread count), the tasks the
+# threads share; each leaves a partial (m, l, acc) that the merge combines: m = max m_c,
+# l = sum l_c e^(m_c - m), out = sum acc_c e^(m_c - m) / l.
 DEC_BLOCK = 64
 DEC_CHUNK = 256
 
@@ -389,7 +391,7 @@ def decode_rows(q, k, v, mask, out, qoff, koff, voff, moff, ks, vs, Sk, nk, dk, 
         while k0 < j1:
             nb = min(DEC_BLOCK, j1 - k0)
             j = 0
-            while j + 4 <= nb:  # four keys at a time: four independent chains of FMAs
+            while j + 4 <= nb:  # four keys at a time: four chains of FMAs, their sums as one vector
                 kb = koff[b] + (k0 + j) * ks
                 c0 = vsplat(out, 0)
                 c1 = c0
@@ -401,19 +403,10 @@ def decode_rows(q, k, v, mask, out, qoff, koff, voff, moff, ks, vs, Sk, nk, dk, 
                     c1 = vfma(x, vload(k, kb + ks + d), c1)
                     c2 = vfma(x, vload(k, kb + 2 * ks + d), c2)
                     c3 = vfma(x, vload(k, kb + 3 * ks + d), c3)
-                s0 = hsum(c0)
-                s1 = hsum(c1)
-                s2 = hsum(c2)
-                s3 = hsum(c3)
+                vstore(s, j, vsum4(c0, c1, c2, c3))  # lanes past j + 3: overwritten next
                 for d in range(dkv, dk):
-                    s0 += qv[d] * k[kb + d]
-                    s1 += qv[d] * k[kb + ks + d]
-                    s2 += qv[d] * k[kb + 2 * ks + d]
-                    s3 += qv[d] * k[kb + 3 * ks + d]
-                s[j] = s0
-                s[j + 1] = s1
-                s[j + 2] = s2
-                s[j + 3] = s3
+                    for u in range(4):
+                        s[j + u] += qv[d] * k[kb + u * ks + d]
                 j += 4
             while j < nb:
                 kb = koff[b] + (k0 + j) * ks
@@ -429,12 +422,12 @@ def decode_rows(q, k, v, mask, out, qoff, koff, voff, moff, ks, vs, Sk, nk, dk, 
                 for j in range(nb):
                     if mask[moff[b] + k0 + j] == 0:
                         s[j] = MASKED
-            mnew = m
-            for j in range(nb):
-                if s[j] > mnew or s[j] != s[j]:  # a NaN score makes the row NaN, as in the reference
-                    mnew = s[j]
             for j in range(nb, (nb + W - 1) // W * W):
                 s[j] = -np.inf  # weighs 0
+            mv = vsplat(out, m)  # a NaN score is not the max, but its weight, NaN, spreads
+            for j in range(0, nb, W):
+                mv = vmax(mv, vload(s, j))
+            mnew = hmax(mv)
             vm = vsplat(out, mnew)
             vneg = vsplat(out, -1.0)
             sm = vsplat(out, 0)
@@ -450,16 +443,23 @@ def decode_rows(q, k, v, mask, out, qoff, koff, voff, moff, ks, vs, Sk, nk, dk, 
             m = mnew
             vb = voff[b] + k0 * vs
             c = 0
-            while c + 2 * W <= dvv:  # two registers of d_v: two chains
+            while c + 4 * W <= dvv:  # four registers of d_v: four chains
                 a0 = vload(part, 2 + c)
                 a1 = vload(part, 2 + c + W)
+                a2 = vload(part, 2 + c + 2 * W)
+                a3 = vload(part, 2 + c + 3 * W)
                 for j in range(nb):
                     x = vbcast(s, j)
-                    a0 = vfma(x, vload(v, vb + j * vs + c), a0)
-                    a1 = vfma(x, vload(v, vb + j * vs + c + W), a1)
+                    vr = vb + j * vs + c
+                    a0 = vfma(x, vload(v, vr), a0)
+                    a1 = vfma(x, vload(v, vr + W), a1)
+                    a2 = vfma(x, vload(v, vr + 2 * W), a2)
+                    a3 = vfma(x, vload(v, vr + 3 * W), a3)
                 vstore(part, 2 + c, a0)
                 vstore(part, 2 + c + W, a1)
-                c += 2 * W
+                vstore(part, 2 + c + 2 * W, a2)
+                vstore(part, 2 + c + 3 * W, a3)
+                c += 4 * W
             while c < dvv:
                 a0 = vload(part, 2 + c)
                 for j in range(nb):
