@@ -15,7 +15,7 @@ import warnings
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-OPS = ["softmax", "layer_norm", "attention", "feed_forward"]
+OPS = ["softmax", "layer_norm", "attention", "feed_forward", "linear"]
 
 
 def _flag(name):

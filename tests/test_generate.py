@@ -9,6 +9,7 @@ import silkattn
 from silkattn import reference as ref
 from silkattn.models import decoder, seq2seq
 from silkattn.models.generate import KVCache
+from silkattn.models.layers import fused_qkv
 
 from conftest import DTYPES, assert_close
 
@@ -30,11 +31,11 @@ def test_cached_logits_equal_a_full_recompute_at_every_step(on_backend, rng, dty
     P = small_decoder(dtype)
     P64 = as_f64(P)
     ids = rng.integers(0, 50, 140)
-    cache = KVCache(2, len(ids), 64, dtype)
-    logits = decoder.forward_cached(ids[:70], P, cache, 0)
+    cache, qkv = KVCache(2, len(ids), 64, dtype), [fused_qkv(*p["attn"][:3]) for p in P["layers"]]
+    logits = decoder.forward_cached(ids[:70], P, cache, 0, qkv)
     assert_close(logits, ref.transformer(ids[:70], P64)[-1], dtype)
     for t in range(70, len(ids)):
-        logits = decoder.forward_cached(ids[t:t + 1], P, cache, t)
+        logits = decoder.forward_cached(ids[t:t + 1], P, cache, t, qkv)
         assert_close(logits, ref.transformer(ids[:t + 1], P64)[-1], dtype)
 
 
@@ -47,10 +48,11 @@ def test_cached_seq2seq_logits_equal_a_full_recompute(on_backend, rng, norm):
     memory64 = ref.encode(src, P64, pad)
     tgt = rng.integers(0, 29, 30)
     cache, cross = KVCache(2, len(tgt), 32, np.float32), seq2seq.cross_cache(memory, P)
-    logits = seq2seq.decode_cached(tgt[:5], P, cache, 0, cross, pad)  # prefill
+    qkv = [fused_qkv(*p["attn"][:3]) for p in P["decoder"]]
+    logits = seq2seq.decode_cached(tgt[:5], P, cache, 0, qkv, cross, pad)  # prefill
     assert_close(logits, ref.decode(tgt[:5], memory64, P64, pad)[-1], np.float32)
     for t in range(5, len(tgt)):
-        logits = seq2seq.decode_cached(tgt[t:t + 1], P, cache, t, cross, pad)
+        logits = seq2seq.decode_cached(tgt[t:t + 1], P, cache, t, qkv, cross, pad)
         assert_close(logits, ref.decode(tgt[:t + 1], memory64, P64, pad)[-1], np.float32)
 
 

@@ -130,10 +130,27 @@ def test_openblas_idle_workers_sleep_unless_the_user_chose(user):
 
 
 @pytest.mark.parametrize("env, spinning", [
-    ({}, False), ({"OMP_WAIT_POLICY": "passive"}, False), ({"OMP_WAIT_POLICY": "Active"}, True),
+    ({}, True), ({"OMP_WAIT_POLICY": "passive"}, False), ({"OMP_WAIT_POLICY": "Active"}, True),
     ({"GOMP_SPINCOUNT": "10000"}, True), ({"GOMP_SPINCOUNT": "10k", "OMP_WAIT_POLICY": "passive"}, True),
     ({"GOMP_SPINCOUNT": "0", "OMP_WAIT_POLICY": "active"}, False), ({"GOMP_SPINCOUNT": "infinity"}, True)])
 def test_spinning_threads_read_like_libgomp_reads_them(env, spinning):
-    """GOMP_SPINCOUNT overrides OMP_WAIT_POLICY (libgomp's rule); small calls get two threads only then."""
-    from silkattn._threads import _spinning
+    """GOMP_SPINCOUNT overrides OMP_WAIT_POLICY (libgomp's rule); silkattn's short spin applies when the
+    user chose neither; small calls get two threads sooner when idle threads spin."""
+    from silkattn._threads import SPIN_COUNT, _spinning, openmp_environment
     assert _spinning(env) is spinning
+    chose = "GOMP_SPINCOUNT" in env or "OMP_WAIT_POLICY" in env
+    assert openmp_environment(env) == ({} if chose else {"GOMP_SPINCOUNT": SPIN_COUNT})
+
+
+def test_openmp_runtime_loads_with_the_short_spin_and_leaves_no_trace():
+    """libgomp reads GOMP_SPINCOUNT as it loads (importing the kernels); the variable is gone again
+    afterwards, so child processes start with the user's environment."""
+    import json
+    import os
+    import subprocess
+    import sys
+    code = ("import ctypes, json, os, silkattn.cython, silkattn.numba; "
+            "print(json.dumps(os.environ.get('GOMP_SPINCOUNT')))")
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.splitlines()[-1]) is None

@@ -28,12 +28,12 @@ from .models import (
                      multi_head,
                      transformer,
 )
-from .ops import add_layer_norm, attention, bias_relu, layer_norm, softmax
+from .ops import add_layer_norm, attention, bias_relu, layer_norm, linear, softmax
 from .reference import causal_mask, init_params, positional_encoding
 
 __version__ = "0.1.0"
 __all__ = ["reference", "ops", "models", "backends", "get_backend", "set_backend", "use_backend", "patch",
            "patched", "unpatch", "get_num_threads", "set_num_threads", "softmax", "attention", "layer_norm",
-           "bias_relu", "add_layer_norm", "multi_head", "feed_forward", "block", "transformer",
+           "linear", "bias_relu", "add_layer_norm", "multi_head", "feed_forward", "block", "transformer",
            "DecoderConfig", "positional_encoding", "causal_mask", "init_params", "Seq2SeqConfig",
            "encoder_block", "decoder_block", "encode", "decode", "generate", "init_seq2seq_params"]

@@ -16,6 +16,9 @@ result array they may write. The kernel contract (the same for every backend):
         offset of batch item b's first row in q, k, v, mask; strides: int64 (4,), the element step
         between rows of q, k, v and mask (0: one mask row broadcast over the queries); causal:
         query i sits at position q_offset + i and sees keys j <= q_offset + i.
+    linear(x, w, b, out, transposed, has_bias, num_threads)
+                                                         out = x w (+ b), x: (m, k) with m <= LINEAR_ROWS,
+                                                         w: (k, n), or (n, k) if transposed (out = x w^T)
     bias_relu(h, b, num_threads)                         h: (rows, n) C-contiguous, in place; b: (n,)
     add_layer_norm(x, r, g, b, eps, s, out, num_threads) s = x + r, out = layer_norm(s); all (rows, n)
 
@@ -30,7 +33,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import reference as ref
-from ._threads import ATTENTION_WORK, DECODE_WORK, ELEMENTWISE_WORK, ROW_WORK, threads_for
+from ._threads import ATTENTION_WORK, DECODE_WORK, ELEMENTWISE_WORK, LINEAR_WORK, ROW_WORK, threads_for
 
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -55,7 +58,8 @@ def check_out(out, shape, dtype, inputs, same_as=None):
                          f"got {out.shape} and {out.dtype}")
     if not out.flags.c_contiguous or not out.flags.writeable:
         raise ValueError("out must be a writeable C-contiguous array")
-    inplace = same_as is not None and (out.ctypes.data, out.strides) == (same_as.ctypes.data, same_as.strides)
+    inplace = out is same_as or (same_as is not None and out.strides == same_as.strides
+                                 and out.ctypes.data == same_as.ctypes.data)
     if any(np.may_share_memory(out, x) for x in inputs if not (inplace and x is same_as)):
         raise ValueError("out must not overlap an input array")
     return out
@@ -63,6 +67,8 @@ def check_out(out, shape, dtype, inputs, same_as=None):
 
 def _along_last_axis(a, n, dtype, name):
     """A gain or bias as a contiguous (n,) vector, or a ValueError if it varies along other axes."""
+    if type(a) is np.ndarray and a.shape == (n,) and a.dtype == dtype and a.flags.c_contiguous:
+        return a  # the everyday case, checked in a few comparisons
     a = as_float_array(a, name)
     if a.ndim and (a.shape[-1] not in (1, n) or any(s != 1 for s in a.shape[:-1])):
         raise ValueError(f"{name} must have shape ({n},) (or broadcast to it along the last axis), "
@@ -146,6 +152,41 @@ def add_layer_norm(kernels, X, R, g, b, eps=1e-5):
     return S, out
 
 
+# ---------------------------------------------------------------- linear
+
+LINEAR_ROWS = 8  # up to this many rows of X the kernel runs (a matrix-vector product); more: BLAS GEMM
+
+
+def linear(kernels, X, W, b=None, *, out=None):
+    X, W = as_float_array(X, "X"), as_float_array(W, "W")
+    if X.ndim == 0:
+        raise ValueError("X must have at least one dimension (..., k)")
+    k = X.shape[-1]
+    if W.ndim != 2 or W.shape[0] != k:
+        raise ValueError(f"W must have shape ({k}, n) (X's last axis is {k}), got {W.shape}")
+    n = W.shape[1]
+    dtype = np.result_type(X, W) if b is None else np.result_type(X, W, as_float_array(b, "b"))
+    if b is not None:
+        b = _along_last_axis(b, n, dtype, "b")
+    out = check_out(out, X.shape[:-1] + (n,), dtype, [X, W])
+    rows = X.size // k if k else 0
+    transposed = W.flags.f_contiguous and not W.flags.c_contiguous
+    few = 0 < rows <= LINEAR_ROWS and n and (W.flags.c_contiguous or transposed)
+    kernel = kernels.linear if few else None
+    if kernel is None:
+        np.matmul(X, W, out=out)
+        if b is not None:
+            out += b
+        return out
+    w = (W.T if transposed else W).astype(dtype, copy=False)
+    kernel(_rows(X.astype(dtype, copy=False)), w, _NO_BIAS[dtype] if b is None else b, out.reshape(-1, n),
+           transposed, b is not None, threads_for(k * n, LINEAR_WORK))
+    return out
+
+
+_NO_BIAS = {dtype: np.zeros(1, dtype) for dtype in FLOATS}
+
+
 # ---------------------------------------------------------------- bias_relu
 
 def bias_relu(kernels, x, b, *, out=None):
@@ -178,7 +219,8 @@ def prepare_attention(Q, K, V, mask, out):
     if Sk != Sv:
         raise ValueError(f"K and V must have the same number of keys, got {Sk} and {Sv}")
     try:
-        lead = np.broadcast_shapes(Q.shape[:-2], K.shape[:-2], V.shape[:-2])
+        lead = Q.shape[:-2] if Q.shape[:-2] == K.shape[:-2] == V.shape[:-2] else np.broadcast_shapes(
+            Q.shape[:-2], K.shape[:-2], V.shape[:-2])
     except ValueError:
         raise ValueError(f"the leading (batch) dims of Q {Q.shape}, K {K.shape} and V {V.shape} "
                          "do not broadcast") from None
@@ -247,6 +289,10 @@ def _flat_rows(a, lead):
     if a.ndim and (a.strides[-1] != item and a.shape[-1] > 1 or any(s < 0 or s % item for s in a.strides)):
         a = np.ascontiguousarray(a)
     steps = [0 if n == 1 else s // item for n, s in zip(a.shape, a.strides)]
+    if a.ndim == 3 and a.shape[:1] == lead:  # heads of a projection or a KV cache: one lead axis
+        flat = np.lib.stride_tricks.as_strided(a, (1 + sum((n - 1) * s for n, s in zip(a.shape, steps)),),
+                                               (item,), writeable=False)
+        return flat, np.arange(lead[0], dtype=np.int64) * steps[0], steps[1]
     span = 1 + sum((n - 1) * s for n, s in zip(a.shape, steps))
     if a.flags.c_contiguous:
         flat = a.reshape(-1)
@@ -289,7 +335,9 @@ def attention_operands(Q, K, V, mask=None, out=None):
         parts.append(_flat_rows(m, lead))
     else:
         parts.append((_NO_MASK, np.zeros(len(parts[0][1]), np.int64), 0))
-    offsets = np.ascontiguousarray(np.stack([p[1] for p in parts], axis=1))
+    offsets = np.empty((len(parts[0][1]), 4), np.int64)
+    for i, p in enumerate(parts):
+        offsets[:, i] = p[1]
     strides = np.array([p[2] for p in parts], np.int64)
     return Operands(*(p[0] for p in parts), out, offsets, strides, Sq, Sk, dk, dv, masked)
 

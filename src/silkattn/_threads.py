@@ -15,12 +15,28 @@ def _default():
 _num_threads = _default()
 
 
+# How long libgomp's idle threads spin before they sleep (spins of a pause loop; tens of
+# microseconds), unless the user set GOMP_SPINCOUNT or OMP_WAIT_POLICY. Sleeping threads cost tens
+# of microseconds to wake, which a decoding step's back-to-back small kernels would pay dozens of
+# times; threads that spin long (libgomp's own default, or OMP_WAIT_POLICY=active) take the cores
+# from numpy's OpenBLAS threads while a model runs its GEMMs. A short spin serves both
+# (`python bench/idle_threads.py` measures the settings).
+SPIN_COUNT = "3000"
+
+
+def openmp_environment(env=os.environ):
+    """The variables silkattn sets while an OpenMP runtime loads (libgomp reads them once, then):
+    GOMP_SPINCOUNT=SPIN_COUNT, unless the user chose a wait policy."""
+    if "GOMP_SPINCOUNT" in env or "OMP_WAIT_POLICY" in env:
+        return {}
+    return {"GOMP_SPINCOUNT": SPIN_COUNT}
+
+
 def _spinning(env=os.environ):
-    """True when the user made libgomp's idle threads spin: GOMP_SPINCOUNT > 0 (it overrides the
-    policy), or OMP_WAIT_POLICY=active without it. silkattn's default is passive (silkattn/_cy):
-    sleeping threads leave the cores to numpy's GEMMs in a model, but waking one costs tens of
-    microseconds, so small calls stay on one thread. With spinning threads a second thread pays
-    off for far smaller calls (`python bench/idle_threads.py --cases small`)."""
+    """True when libgomp's idle threads spin before they sleep: GOMP_SPINCOUNT > 0 (it overrides
+    the policy, and silkattn sets a short one by default), or OMP_WAIT_POLICY=active without it.
+    Then a second thread pays off for far smaller calls than when waking it means a futex wake-up."""
+    env = {**env, **openmp_environment(env)}
     count = env.get("GOMP_SPINCOUNT", "").strip().lower()
     if count:
         if count == "infinity":
@@ -43,12 +59,13 @@ ROW_WORK = 16384
 ATTENTION_WORK = 4e6
 DECODE_WORK = 1e6
 ELEMENTWISE_WORK = 65536
+LINEAR_WORK = 262144  # weights a few-row x W reads per thread (memory-bound, as decode attention)
 
 
 def threads_for(work, min_per_thread):
     """silkattn's thread count, or fewer when each thread would get less than `min_per_thread` of
-    the `work`: waking a sleeping thread costs tens of microseconds (the default, passive wait
-    policy). When the user made idle threads spin (SPINNING), a quarter of that work suffices."""
+    the `work`: waking a sleeping thread costs tens of microseconds. When idle threads spin a
+    while (SPINNING: silkattn's default), a quarter of that work suffices."""
     if SPINNING:
         min_per_thread /= 4
     return max(1, min(_num_threads, int(work // min_per_thread)))
@@ -67,6 +84,15 @@ def set_num_threads(n):
 def get_num_threads():
     """The number of threads silkattn's kernels use."""
     return _num_threads
+
+
+@contextlib.contextmanager
+def openmp_defaults():
+    """The block loads an OpenMP runtime with silkattn's defaults (openmp_environment)."""
+    with contextlib.ExitStack() as stack:
+        for name, value in openmp_environment().items():
+            stack.enter_context(env_default(name, value))
+        yield
 
 
 @contextlib.contextmanager

@@ -8,6 +8,7 @@ from ._backends import Kernels
 from ._cy import attention as _attention
 from ._cy import feed_forward as _feed_forward
 from ._cy import layer_norm as _layer_norm
+from ._cy import linear as _linear
 from ._cy import softmax as _softmax
 
 OPENMP = _softmax.OPENMP
@@ -15,7 +16,7 @@ ISA = _softmax.ISA_NAME  # the instruction set the kernels run with: "avx2" or "
 
 KERNELS = Kernels("cython", softmax=_softmax.softmax, layer_norm=_layer_norm.layer_norm,
                   attention=_attention.attention, attention_decode=_attention.attention_decode,
-                  bias_relu=_feed_forward.bias_relu,
+                  linear=_linear.linear, bias_relu=_feed_forward.bias_relu,
                   add_layer_norm=_layer_norm.add_layer_norm, isa=ISA, openmp=OPENMP)
 
 globals().update(ops.bind(KERNELS))

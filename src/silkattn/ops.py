@@ -31,6 +31,12 @@ def attention(Q, K, V, mask=None, *, causal=False, q_offset=0, out=None):
     return _api.attention(_backends.kernels(), Q, K, V, mask, causal=causal, q_offset=q_offset, out=out)
 
 
+def linear(X, W, b=None, *, out=None):
+    """X W + b (b optional) over X's last axis: numpy's matmul, except that a few rows of X (a
+    decoding step) run silkattn's matrix-vector kernel, which streams W once on silkattn's threads."""
+    return _api.linear(_backends.kernels(), X, W, b, out=out)
+
+
 def bias_relu(x, b, *, out=None):
     """max(x + b, 0), b broadcast along the last axis; out may be x itself (in place)."""
     return _api.bias_relu(_backends.kernels(), x, b, out=out)
@@ -41,7 +47,7 @@ def add_layer_norm(X, R, g, b, eps=1e-5):
     return _api.add_layer_norm(_backends.kernels(), X, R, g, b, eps)
 
 
-OPS = ("softmax", "layer_norm", "attention", "bias_relu", "add_layer_norm")
+OPS = ("softmax", "layer_norm", "attention", "linear", "bias_relu", "add_layer_norm")
 
 
 def bind(kernels):

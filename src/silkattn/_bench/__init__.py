@@ -129,8 +129,9 @@ def generation(cases, results, contenders):
     one, many = index[("generate", 1)], index[("generate", 64)]
     c = cases[many]
     mb = bytes_per_token(c) / 1e6
-    lines = [f"generation, {case_name(c)}: a step reads >= {mb:.1f} MB (weights + KV cache); "
-             "ms per token = (new=64 - new=1) / 63"]
+    kv = 2 * c["d"] * np.dtype(c["dtype"]).itemsize  # keys and values of one position in one layer
+    lines = [f"generation, {case_name(c)}: a step reads >= {mb:.1f} MB (weights + KV cache); the cache "
+             f"holds {kv / 1024:.1f} KiB per token per layer; ms per token = (new=64 - new=1) / 63"]
     for threads, res in results.items():
         copy = res.get("copy")
         lines.append(f"-- {threads} thread(s): numpy copies at {copy or float('nan'):.1f} GB/s")

@@ -36,14 +36,14 @@ def transformer(token_ids, P):  # token_ids: (seq,) -> logits (seq, vocab)
     X = P["emb"][ids] + P["pos"][:len(ids)]
     layers = P["layers"]
     X = _blocks(X, layers, lambda i, H: multi_head(H, *layers[i]["attn"], layers[i]["h"], causal=True))
-    return X @ P["emb"].T
+    return ops.linear(X, P["emb"].T)
 
 
-def forward_cached(ids, P, cache, start):  # ids: (n,) at positions start .. start + n - 1
-    """The last new position's logits (vocab,), the new keys and values written to cache[layer]
-    (checked arguments: generate validates P and the ids once)."""
+def forward_cached(ids, P, cache, start, qkv):  # ids: (n,) at positions start .. start + n - 1
+    """The last new position's logits (vocab,), the new keys and values written to cache[layer];
+    qkv: each layer's fused_qkv (checked arguments: generate validates P and the ids once)."""
     X = P["emb"][ids] + P["pos"][start:start + len(ids)]
     layers = P["layers"]
-    X = _blocks(X, layers,
-                lambda i, H: cached_self_attention(H, *layers[i]["attn"], layers[i]["h"], cache[i], start))
-    return X[-1] @ P["emb"].T
+    X = _blocks(X, layers, lambda i, H: cached_self_attention(H, qkv[i], layers[i]["attn"][3], layers[i]["h"],
+                                                              cache[i], start))
+    return ops.linear(X[-1], P["emb"].T)

@@ -14,6 +14,7 @@ from .. import _checks as check
 from .. import reference as ref
 from . import decoder, seq2seq
 from .config import DecoderConfig, Seq2SeqConfig
+from .layers import fused_qkv
 
 
 class KVCache:
@@ -49,9 +50,10 @@ def generate(prompt_ids, P, max_new_tokens, *, memory=None, memory_mask=None, te
         config = DecoderConfig.of(P)
         dtype = np.result_type(P["emb"], P["pos"], *(p["attn"][1] for p in P["layers"]))
         cache = KVCache(config.n_layers, capacity, config.d, dtype)
+        qkv = [fused_qkv(*p["attn"][:3]) for p in P["layers"]]
 
         def step(new, start):
-            return decoder.forward_cached(new, P, cache, start)
+            return decoder.forward_cached(new, P, cache, start, qkv)
     else:
         config = Seq2SeqConfig.of(P)
         _, memory, memory_mask = check.target(ids, memory, memory_mask, P)
@@ -59,9 +61,10 @@ def generate(prompt_ids, P, max_new_tokens, *, memory=None, memory_mask=None, te
             raise ValueError(f"memory must be one source (src, d) from encode(), got shape {memory.shape}")
         dtype = np.result_type(P["tgt_emb"], P["pos"], *(p["attn"][1] for p in P["decoder"]))
         cache, cross = KVCache(config.n_layers, capacity, config.d, dtype), seq2seq.cross_cache(memory, P)
+        qkv = [fused_qkv(*p["attn"][:3]) for p in P["decoder"]]
 
         def step(new, start):
-            return seq2seq.decode_cached(new, P, cache, start, cross, memory_mask)
+            return seq2seq.decode_cached(new, P, cache, start, qkv, cross, memory_mask)
     out = []
     if max_new_tokens:
         logits, start = step(ids, 0), len(ids)  # prefill: the whole prompt in one call

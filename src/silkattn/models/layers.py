@@ -1,8 +1,9 @@
 """The model-level layers, composed from silkattn.ops: multi-head attention (self, cross, and
 against a KV cache), the feed-forward, and the residual sublayer of either norm placement.
 
-Written for speed around the kernels: projections as BLAS GEMMs, all heads in one attention call
-on strided views of the projections (no per-head loop, no transposed copies going in), and the
+Written for speed around the kernels: projections through ops.linear (BLAS GEMMs, or for the few
+rows of a decoding step silkattn's matrix-vector kernel), all heads in one attention call on
+strided views of the projections (no per-head loop, no transposed copies going in), and the
 feed-forward's bias and ReLU as one in-place pass.
 """
 import numpy as np
@@ -24,21 +25,17 @@ def multi_head(X, Wq, Wk, Wv, Wo, h, mask=None, memory=None, *, causal=False):  
     """concat_i attention(X Wq_i, M Wk_i, M Wv_i, mask) Wo over h heads of d_k = d / h, with M = X
     (self-attention) or M = memory (cross-attention)."""
     X, M, _ = check.multi_head(X, Wq, Wk, Wv, Wo, h, memory)
-    heads = ops.attention(split_heads(X @ Wq, h), split_heads(M @ Wk, h), split_heads(M @ Wv, h), mask,
-                          causal=causal)
-    return merge_heads(heads) @ Wo
+    heads = ops.attention(split_heads(ops.linear(X, Wq), h), split_heads(ops.linear(M, Wk), h),
+                          split_heads(ops.linear(M, Wv), h), mask, causal=causal)
+    return ops.linear(merge_heads(heads), Wo)
 
 
 def feed_forward(X, W1, b1, W2, b2):  # X: (..., d)
     """max(0, X W1 + b1) W2 + b2, each position on its own."""
     X = check.feed_forward(X, W1, b1, W2, b2)
-    H = X @ W1
+    H = ops.linear(X, W1)
     H = ops.bias_relu(H, b1, out=H if np.result_type(H, b1) == H.dtype else None)
-    Y = H @ W2
-    if np.result_type(Y, b2) != Y.dtype:  # b2 promotes: follow NumPy
-        return Y + b2
-    Y += b2
-    return Y
+    return ops.linear(H, W2, b2)
 
 
 def sublayer(X, f, ln, norm):
@@ -49,17 +46,22 @@ def sublayer(X, f, ln, norm):
     return X + f(ops.layer_norm(X, *ln))
 
 
-def cached_self_attention(H, Wq, Wk, Wv, Wo, h, cache, start):  # H: (n, d) -> (n, d)
+def fused_qkv(Wq, Wk, Wv):  # -> (d, 3 d)
+    """[Wq | Wk | Wv]: one projection call, one stream through the weights, for a decoding step."""
+    return np.concatenate([Wq, Wk, Wv], axis=1)
+
+
+def cached_self_attention(H, Wqkv, Wo, h, cache, start):  # H: (n, d) -> (n, d)
     """Causal self-attention of n new positions start .. start + n - 1 against all positions so far.
 
-    cache: (K, V), each (capacity, d) and preallocated: the new keys and values are projected
-    straight into rows start .. start + n - 1 (no copy, no growth), and every head reads its
-    columns of them as a strided view.
+    Wqkv: fused_qkv(Wq, Wk, Wv). cache: (K, V), each (capacity, d) and preallocated: the new keys
+    and values go to rows start .. start + n - 1 (no growth), and every head reads its columns of
+    them as a strided view.
     """
     K, V = cache
-    end = start + len(H)
-    np.matmul(H, Wk, out=K[start:end])
-    np.matmul(H, Wv, out=V[start:end])
-    heads = ops.attention(split_heads(H @ Wq, h), split_heads(K[:end], h), split_heads(V[:end], h),
+    end, d = start + len(H), Wo.shape[0]
+    qkv = ops.linear(H, Wqkv)  # (n, 3 d)
+    K[start:end], V[start:end] = qkv[:, d:2 * d], qkv[:, 2 * d:]
+    heads = ops.attention(split_heads(qkv[:, :d], h), split_heads(K[:end], h), split_heads(V[:end], h),
                           causal=True, q_offset=start)
-    return merge_heads(heads) @ Wo
+    return ops.linear(merge_heads(heads), Wo)

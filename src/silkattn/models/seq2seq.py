@@ -49,29 +49,30 @@ def decode(tgt_ids, memory, P, memory_mask=None):  # tgt_ids: (..., tgt) -> logi
     Y = ref.embed(ids, P["tgt_emb"], P["pos"])
     for p in P["decoder"]:
         Y = decoder_block(Y, memory, p, None, ref.key_padding(memory_mask), causal=True)
-    return Y @ P["tgt_emb"].T
+    return ops.linear(Y, P["tgt_emb"].T)
 
 
 def cross_cache(memory, P):
     """Every decoder layer's cross-attention keys and values, (memory Wk, memory Wv): computed once
     per source, read by every decoding step."""
-    return [(memory @ p["cross"][1], memory @ p["cross"][2]) for p in P["decoder"]]
+    return [(ops.linear(memory, p["cross"][1]), ops.linear(memory, p["cross"][2])) for p in P["decoder"]]
 
 
-def decode_cached(ids, P, cache, start, cross, memory_mask=None):  # ids: (n,) at positions start ..
+def decode_cached(ids, P, cache, start, qkv, cross, memory_mask=None):  # ids: (n,) at positions start ..
     """The last new position's logits (tgt_vocab,); the new self-attention keys and values go to
-    cache[layer], the cross-attention reads cross[layer] (from cross_cache)."""
+    cache[layer] (qkv: each layer's fused_qkv), the cross-attention reads cross[layer] (cross_cache)."""
     Y = ref.embed(ids, P["tgt_emb"], P["pos"][start:])
     mask = ref.key_padding(memory_mask)
     for i, p in enumerate(P["decoder"]):
         h, (Wq, _, _, Wo), (Km, Vm) = p["h"], p["cross"], cross[i]
-        Y = sublayer(Y, lambda H: cached_self_attention(H, *p["attn"], h, cache[i], start), p["ln1"],
-                     p["norm"])
-        Y = sublayer(Y, lambda H: merge_heads(ops.attention(split_heads(H @ Wq, h), split_heads(Km, h),
-                                                            split_heads(Vm, h), mask)) @ Wo,
+        Y = sublayer(Y, lambda H: cached_self_attention(H, qkv[i], p["attn"][3], h, cache[i], start),
+                     p["ln1"], p["norm"])
+        Y = sublayer(Y, lambda H: ops.linear(merge_heads(ops.attention(split_heads(ops.linear(H, Wq), h),
+                                                                       split_heads(Km, h), split_heads(Vm, h),
+                                                                       mask)), Wo),
                      p["ln_cross"], p["norm"])
         Y = sublayer(Y, lambda H: feed_forward(H, *p["ffn"]), p["ln2"], p["norm"])
-    return Y[-1] @ P["tgt_emb"].T
+    return ops.linear(Y[-1], P["tgt_emb"].T)
 
 
 init_seq2seq_params = ref.init_seq2seq_params  # random weights in the paper's sizes (Seq2SeqConfig too)

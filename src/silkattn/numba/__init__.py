@@ -3,19 +3,18 @@ without a C toolchain.
 
 Exports its Kernels record and the ops of silkattn.ops run on it alone: silkattn.numba.attention,
 softmax, layer_norm (the fused ops run their NumPy fallback here). The kernels are in softmax.py,
-layer_norm.py and attention.py, their SIMD layer in _simd.py, the kernel-contract entry points
+layer_norm.py, attention.py and linear.py, their SIMD layer in _simd.py, the kernel-contract entry points
 (packing, scheduling, workspace) in driver.py.
 """
 from .. import ops
 from .._backends import Kernels
-from .._threads import env_default
+from .._threads import openmp_defaults
 
 
-def _start_threads_waiting_passively():
-    """Start Numba's thread pool now, with OMP_WAIT_POLICY=passive unless the user set it: its
-    OpenMP threads then sleep between kernels instead of spinning against numpy's OpenBLAS
-    threads (see silkattn/_cy/__init__.py). libgomp reads it once, at load."""
-    with env_default("OMP_WAIT_POLICY", "passive"):
+def _start_threads():
+    """Start Numba's thread pool now, with silkattn's wait policy (a short spin, unless the user
+    chose one: silkattn._threads.openmp_environment). libgomp reads it once, at load."""
+    with openmp_defaults():
         try:
             from numba.np.ufunc import parallel
             parallel._launch_threads()
@@ -23,13 +22,13 @@ def _start_threads_waiting_passively():
             pass
 
 
-_start_threads_waiting_passively()
+_start_threads()
 
 from . import driver  # noqa: E402  (after the thread pool has started)
 
 OPENMP = True  # Numba's own threading layer (omp, tbb or workqueue) is always there
 KERNELS = Kernels("numba", softmax=driver.softmax, layer_norm=driver.layer_norm, attention=driver.attention,
-                  attention_decode=driver.attention_decode, isa="avx2 (llvm)")
+                  attention_decode=driver.attention_decode, linear=driver.linear, isa="avx2 (llvm)")
 
 globals().update(ops.bind(KERNELS))
 __all__ = ["KERNELS", "OPENMP", *ops.OPS]

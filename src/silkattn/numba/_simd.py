@@ -62,6 +62,9 @@ if numba.config.DISABLE_JIT:
     def hmax(v):
         return v.max()
 
+    def vget(v, i):
+        return v[i]
+
     def vsum4(a, b, c, d):
         return np.concatenate([[a.sum(dtype=a.dtype), b.sum(dtype=a.dtype), c.sum(dtype=a.dtype),
                                 d.sum(dtype=a.dtype)], np.zeros(a.size - 4, a.dtype)]).astype(a.dtype)
@@ -239,6 +242,16 @@ else:
                 return builder.select(builder.fcmp_ordered(">", y, x), y, x)
             return _reduce(builder, args[0], larger)
         return v.dtype(v), codegen
+
+    @intrinsic
+    def vget(typingctx, v, i):
+        """Lane i of v."""
+        if not isinstance(v, Vec) or not isinstance(i, types.Integer):
+            return None
+
+        def codegen(context, builder, sig, args):
+            return builder.extract_element(args[0], context.cast(builder, args[1], sig.args[1], types.int32))
+        return v.dtype(v, i), codegen
 
     @intrinsic
     def vsum4(typingctx, a, b, c, d):

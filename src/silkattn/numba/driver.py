@@ -11,6 +11,7 @@ import numpy as np
 
 from . import attention as _attention
 from . import layer_norm as _layer_norm
+from . import linear as _linear
 from . import softmax as _softmax
 from ._simd import VBYTES
 
@@ -64,6 +65,20 @@ def attention_decode(q, k, v, mask, out, offsets, strides, Sq, Sk, d_k, d_v, cau
     _attention.decode_rows(q, k, v, mask, out, qoff, koff, voff, moff, int(strides[1]), int(strides[2]), Sk,
                            nk, d_k, d_v, int(q_offset), bool(causal), bool(masked), nsplit,
                            _attention.DEC_CHUNK, parts, work)
+
+
+def linear(x, w, b, out, transposed, has_bias, num_threads):
+    """The kernel contract's x W (+ b) for a few rows of x (see linear.py)."""
+    nthreads = _use_threads(num_threads)
+    if transposed:
+        _linear.linear_dots(x, w, out)
+    else:
+        T = max(1, min(nthreads, w.shape[0] // 64))  # a thread's share of w: at least 64 rows
+        partial = _workspace("linear", (T,) + out.shape, out.dtype)
+        _linear.linear_rows(x, w, partial)
+        np.sum(partial, axis=0, out=out)
+    if has_bias:
+        out += b
 
 
 _local = threading.local()
