@@ -36,9 +36,17 @@ typedef struct {
     int64_t rs[4];           /* element step between rows of q, k, v, mask */
     int64_t Sq, Sk, dk, dv;
     int64_t q_offset;        /* causal: query i sits at position q_offset + i and sees keys j <= it */
+    const int64_t *items;    /* (B, 3): item b's own Sq, Sk and out offset (packed sequences), or NULL:
+                              * every item Sq x Sk, its output at b Sq dv */
     int64_t bq, bk;          /* tile sizes: any bq >= 1 is correct (see attention.pyx) */
     int causal, masked;
 } sa_attn_args;
+
+static inline int64_t sa_item_sq(const sa_attn_args *a, int64_t b) { return a->items ? a->items[3 * b] : a->Sq; }
+static inline int64_t sa_item_sk(const sa_attn_args *a, int64_t b) { return a->items ? a->items[3 * b + 1] : a->Sk; }
+static inline int64_t sa_item_out(const sa_attn_args *a, int64_t b) {
+    return a->items ? a->items[3 * b + 2] : b * a->Sq * a->dv;
+}
 
 /* The next rows x cols block of scratch, 64-byte aligned; sa_attn_scratch_bytes sums the same. */
 static void *sa_carve(char **cur, int64_t rows, int64_t cols, size_t tsize) {

@@ -76,7 +76,7 @@ static void SA_FN(exact_row)(const sa_attn_args *a, int64_t b, int64_t i, SA_T *
     const SA_T scale = (SA_T)sqrt((double)a->dk);
     SA_T m = -INFINITY, sum = 0;
     for (int pass = 0; pass < 2; pass++) {
-        for (int64_t j = 0; j < a->Sk; j++) {
+        for (int64_t j = 0; j < sa_item_sk(a, b); j++) {
             SA_T s = (SA_T)SA_MASKED;
             if (!(a->causal && j > i + a->q_offset) && !(mrow && !mrow[j])) {
                 s = 0;
@@ -98,7 +98,8 @@ static void SA_FN(exact_row)(const sa_attn_args *a, int64_t b, int64_t i, SA_T *
 
 static void SA_FN(sa_attn_tile)(const sa_attn_args *a, int64_t b, int64_t q0, void *scratch) {
     const int64_t dk = a->dk, dv = a->dv, bk = a->bk, rs_k = a->rs[1], rs_v = a->rs[2], rs_m = a->rs[3];
-    const int64_t nq = a->bq < a->Sq - q0 ? a->bq : a->Sq - q0;
+    const int64_t Sq = sa_item_sq(a, b), Sk = sa_item_sk(a, b);
+    const int64_t nq = a->bq < Sq - q0 ? a->bq : Sq - q0;
     const int64_t nqv = (nq + SA_NR - 1) / SA_NR * SA_NR;  /* query columns of S^T computed */
     const int64_t nqr = (nq + SA_MR - 1) / SA_MR * SA_MR;  /* query rows of the P V blocks */
     const int64_t ldq = a->bq + SA_COL_PAD, dvp = (dv + SA_NR - 1) / SA_NR * SA_NR;
@@ -107,7 +108,7 @@ static void SA_FN(sa_attn_tile)(const sa_attn_args *a, int64_t b, int64_t q0, vo
     const SA_T *k = (const SA_T *)a->k + a->offsets[4 * b + 1];
     const SA_T *v = (const SA_T *)a->v + a->offsets[4 * b + 2];
     const uint8_t *mk = a->masked ? a->mask + a->offsets[4 * b + 3] + q0 * rs_m : NULL;
-    SA_T *out = (SA_T *)a->out + (b * a->Sq + q0) * dv;
+    SA_T *out = (SA_T *)a->out + sa_item_out(a, b) + q0 * dv;
     char *cur = (char *)scratch;
     SA_T *qt = sa_carve(&cur, dk, ldq, sizeof(SA_T)), *st = sa_carve(&cur, bk + SA_MR, ldq, sizeof(SA_T));
     SA_T *kpad = sa_carve(&cur, SA_MR, dk, sizeof(SA_T)), *vp = sa_carve(&cur, bk, dv + SA_COL_PAD, sizeof(SA_T));
@@ -124,7 +125,7 @@ static void SA_FN(sa_attn_tile)(const sa_attn_args *a, int64_t b, int64_t q0, vo
     memset(st, 0, sizeof(SA_T) * (bk + SA_MR) * ldq);  /* padded queries stay finite */
 
     /* causal: keys past the last row's diagonal are masked for every row of the tile */
-    const int64_t kend = a->causal && q0 + off + nq < a->Sk ? q0 + off + nq : a->Sk;
+    const int64_t kend = a->causal && q0 + off + nq < Sk ? q0 + off + nq : Sk;
     for (int64_t k0 = 0; k0 < kend; k0 += bk) {
         const int64_t nk = bk < kend - k0 ? bk : kend - k0;
         int partial = a->causal && k0 + nk - 1 > q0 + off;

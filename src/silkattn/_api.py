@@ -11,6 +11,8 @@ result array they may write. The kernel contract (the same for every backend):
     attention(q, k, v, mask, out, offsets, strides, Sq, Sk, d_k, d_v, causal, q_offset, masked,
               num_threads)
     attention_decode(the same arguments)             for Sq == 1 (chosen by shape, see attention())
+        attention (not attention_decode) also takes items: int64 (B, 3), each item's own Sq, Sk and
+        output offset (packed sequences of different lengths: attention_varlen); Sq, Sk: the most
         q, k, v: 1-D views over each operand's memory (one dtype); out: 1-D (B * Sq * d_v) C order;
         mask: 1-D uint8 (0 = masked; ignored unless masked); offsets: int64 (B, 4), the element
         offset of batch item b's first row in q, k, v, mask; strides: int64 (4,), the element step
@@ -361,4 +363,46 @@ def attention(kernels, Q, K, V, mask=None, *, causal=False, q_offset=0, out=None
             kernel, per_thread = kernels.attention_decode, DECODE_WORK
         kernel(a.q, a.k, a.v, a.mask, a.out.reshape(-1), a.offsets, a.strides, a.Sq, a.Sk, a.dk, a.dv, causal,
                q_offset, a.masked, threads_for(work, per_thread))
+    return a.out
+
+
+def check_cu_seqlens(cu_seqlens, total):
+    """cu_seqlens as int64 (n + 1,): 0, then non-decreasing sequence ends, the last one total."""
+    cu = np.asarray(cu_seqlens)
+    if cu.dtype.kind not in "iu":
+        raise TypeError(f"cu_seqlens must be integers (where each packed sequence starts), got dtype {cu.dtype}")
+    cu = cu.astype(np.int64, copy=False)
+    if cu.ndim != 1 or cu.size < 2 or cu[0] != 0 or cu[-1] != total or (np.diff(cu) < 0).any():
+        raise ValueError(f"cu_seqlens must run from 0 to the {total} packed rows without decreasing "
+                         f"(sequence i is rows cu_seqlens[i] .. cu_seqlens[i + 1]), got {cu_seqlens!r}")
+    return cu
+
+
+def attention_varlen(kernels, Q, K, V, cu_seqlens, *, causal=False, out=None):
+    Q, K, V, _, lead, out = prepare_attention(Q, K, V, None, out)
+    total = Q.shape[-2]
+    if K.shape[-2] != total:
+        raise ValueError(f"Q and K must hold the same packed rows, got {total} and {K.shape[-2]}")
+    cu = check_cu_seqlens(cu_seqlens, total)
+    if not out.size:
+        return out
+    if kernels.attention is None:
+        np.copyto(out, ref.attention_varlen(Q, K, V, cu, bool(causal)))
+        return out
+    a = attention_operands(Q, K, V, None, out)
+    lens, starts = np.diff(cu), cu[:-1]
+    keep = lens > 0
+    lens, starts = lens[keep], starts[keep]
+    B, n = len(a.offsets), len(lens)
+    # item (b, s): batch item b's rows of sequence s; the longest first, so the threads end together
+    offsets = (a.offsets[:, None, :] + starts[None, :, None] * a.strides[None, None, :]).reshape(-1, 4)
+    items = np.empty((B * n, 3), np.int64)
+    items[:, 0] = items[:, 1] = np.tile(lens, B)
+    items[:, 2] = (np.arange(B, dtype=np.int64)[:, None] * (total * a.dv) + starts[None, :] * a.dv).reshape(-1)
+    order = np.argsort(-items[:, 0], kind="stable")
+    longest = int(lens.max())
+    work = int((lens.astype(np.float64) ** 2).sum()) * B * (a.dk + a.dv)
+    kernels.attention(a.q, a.k, a.v, a.mask, a.out.reshape(-1), np.ascontiguousarray(offsets[order]), a.strides,
+                      longest, longest, a.dk, a.dv, bool(causal), 0, False, threads_for(work, ATTENTION_WORK),
+                      np.ascontiguousarray(items[order]))
     return a.out

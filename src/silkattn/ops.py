@@ -31,6 +31,13 @@ def attention(Q, K, V, mask=None, *, causal=False, q_offset=0, out=None):
     return _api.attention(_backends.kernels(), Q, K, V, mask, causal=causal, q_offset=q_offset, out=out)
 
 
+def attention_varlen(Q, K, V, cu_seqlens, *, causal=False, out=None):
+    """attention over sequences packed end to end: Q, K, V (..., total, d) hold n sequences, rows
+    cu_seqlens[i] .. cu_seqlens[i + 1] (cu_seqlens: 0, ..., total); each attends to its own rows
+    only, so no padding is ever computed (causal: within each sequence)."""
+    return _api.attention_varlen(_backends.kernels(), Q, K, V, cu_seqlens, causal=causal, out=out)
+
+
 def linear(X, W, b=None, *, out=None):
     """X W + b (b optional) over X's last axis: numpy's matmul, except that a few rows of X (a
     decoding step) run silkattn's matrix-vector kernel, which streams W once on silkattn's threads."""
@@ -47,7 +54,7 @@ def add_layer_norm(X, R, g, b, eps=1e-5):
     return _api.add_layer_norm(_backends.kernels(), X, R, g, b, eps)
 
 
-OPS = ("softmax", "layer_norm", "attention", "linear", "bias_relu", "add_layer_norm")
+OPS = ("softmax", "layer_norm", "attention", "attention_varlen", "linear", "bias_relu", "add_layer_norm")
 
 
 def bind(kernels):

@@ -40,6 +40,19 @@ def attention(Q, K, V, mask=None):  # Q: (..., Sq, d_k)  K: (..., Sk, d_k)  V: (
     return softmax(scores) @ V  # each row of weights sums to 1
 
 
+def attention_varlen(Q, K, V, cu_seqlens, causal=False):  # (..., total, d): sequences end to end
+    """attention over each packed sequence's own rows: rows cu_seqlens[i] .. cu_seqlens[i + 1] of
+    Q attend to the same rows of K and V only (causal: within the sequence, from its first row)."""
+    lead = np.broadcast_shapes(Q.shape[:-2], K.shape[:-2], V.shape[:-2])
+    out = np.zeros(lead + (Q.shape[-2], V.shape[-1]), np.result_type(Q, K, V))
+    for s, e in zip(cu_seqlens[:-1], cu_seqlens[1:]):
+        if e == s:  # an empty sequence: no rows
+            continue
+        rows = (..., slice(s, e), slice(None))
+        out[rows] = attention(Q[rows], K[rows], V[rows], causal_mask(e - s) if causal else None)
+    return out
+
+
 def multi_head(X, Wq, Wk, Wv, Wo, h, mask=None, memory=None):  # X: (..., seq, d); W*: (d, d)
     """concat_i attention(X Wq_i, M Wk_i, M Wv_i, mask) Wo, with h heads of d_k = d / h and
     M = X (self-attention) or M = memory (cross-attention: keys and values from another sequence)."""

@@ -60,9 +60,10 @@ def _jit(**kw):
 
 
 @_jit(parallel=True)
-def pack_kv(k, v, koff, voff, ks, vs, Sk, dk, dv, dvp, kp, vp):
+def pack_kv(k, v, koff, voff, ks, vs, usk, dk, dv, dvp, kp, vp):
     """K as key-contiguous tiles kp[u, t, d, j] (keys on the SIMD axis) and V as rows padded to dvp
-    lanes vp[u, key, d]; zero padding past Sk and dv. One unit per distinct (K, V) batch item.
+    lanes vp[u, key, d]; zero padding past the unit's usk[u] keys and dv. One unit per distinct
+    (K, V) batch item.
     kp and vp are C-contiguous: tile w = u * nkt + t starts at w * dk * BK in kp."""
     nkt = kp.shape[1]
     kf = kp.reshape(-1)
@@ -70,7 +71,7 @@ def pack_kv(k, v, koff, voff, ks, vs, Sk, dk, dv, dvp, kp, vp):
     for w in prange(kp.shape[0] * nkt):
         u, t = w // nkt, w % nkt
         k0 = t * BK
-        nk = min(BK, Sk - k0)
+        nk = max(0, min(BK, usk[u] - k0))
         kb = w * dk * BK
         j = 0
         while j + 8 <= nk:  # 8 keys at a time, so each d writes 8 adjacent values
@@ -151,9 +152,10 @@ def _exact_row(q, k, v, mask, orow, qrow, krow, vrow, ks, vs, mrow, i, Sk, dk, d
 
 
 @_jit(parallel=True)
-def attention_tiles(q, k, v, kp, vp, mask, out, qoff, koff, voff, moff, unit, qs, ks, vs, ms, Sq, Sk, dk, dv,
-                    causal, q_offset, masked, items, starts, work):
-    """Work item w = (query tile w // B, batch item w % B); items/starts: the items each thread runs
+def attention_tiles(q, k, v, kp, vp, mask, out, qoff, koff, voff, moff, unit, sq, sk, ooff, qs, ks, vs, ms, Sk,
+                    dk, dv, causal, q_offset, masked, items, starts, work):
+    """Work item w = (query tile w // B, batch item w % B), item b of sq[b] queries and sk[b] keys
+    (Sk: the most), its output at ooff[b]; items/starts: the items each thread runs
     (len(starts) - 1 = Numba's current thread count, passed in: numba.get_num_threads() in jitted
     code would make the function uncachable); work: (>= threads, scratch_layout(...)[-1]) per-thread
     scratch, preallocated by the caller (and reused across calls) and indexed by thread id.
@@ -188,25 +190,25 @@ def attention_tiles(q, k, v, kp, vp, mask, out, qoff, koff, voff, moff, unit, qs
             b = w % B
             u = unit[b]
             i0 = qt * BQ
-            nq = min(BQ, Sq - i0)
+            nq = min(BQ, sq[b] - i0)
             for r in range(BQ):
                 mrun[r] = -np.inf
                 lrun[r] = 0
             for x in range(BQ * dvp):
                 acc[x] = 0
-            # the query tile, scaled by 1/sqrt(d_k), packed row-major (rows past Sq are zeros)
+            # the query tile, scaled by 1/sqrt(d_k), packed row-major (rows past the item's: zeros)
             for r in range(nq):
                 qb = qoff[b] + (i0 + r) * qs
                 for d in range(dk):
                     Qp[r * dk + d] = q[qb + d] * scale
             for x in range(nq * dk, BQ * dk):
                 Qp[x] = 0
-            kt_end = nkt
+            kt_end = (sk[b] + BK - 1) // BK
             if causal:
-                kt_end = min(nkt, (i0 + q_offset + nq - 1) // BK + 1)  # tiles past the diagonal: skipped
+                kt_end = min(kt_end, (i0 + q_offset + nq - 1) // BK + 1)  # tiles past the diagonal: skipped
             for t in range(kt_end):
                 k0 = t * BK
-                nk = min(BK, Sk - k0)
+                nk = min(BK, sk[b] - k0)
                 if masked:  # skip a key tile masked for every query row of this tile
                     anyvis = False
                     for r in range(nq):
@@ -331,11 +333,11 @@ def attention_tiles(q, k, v, kp, vp, mask, out, qoff, koff, voff, moff, unit, qs
             # ---- write the tile's rows: acc / l, or the exact path for rows whose max is tiny
             for r in range(nq):
                 i = i0 + r
-                ob = (b * Sq + i) * dv
+                ob = ooff[b] + i * dv
                 if mrun[r] < EXACT_BELOW:
                     _exact_row(q, k, v, mask, out[ob:ob + dv], qoff[b] + i * qs, koff[b], voff[b], ks, vs,
                                moff[b] + i * ms, i + q_offset,
-                               Sk, dk, dv, scale, causal, masked, work[tid, o_row:o_row + Sk])
+                               sk[b], dk, dv, scale, causal, masked, work[tid, o_row:o_row + sk[b]])
                 else:
                     inv = lrun[r]
                     for d in range(dv):

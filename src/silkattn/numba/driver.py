@@ -31,23 +31,34 @@ def layer_norm(x, g, b, eps, out, num_threads):
     _layer_norm.layer_norm_rows(x, g, b, eps, out, _use_threads(num_threads))
 
 
-def attention(q, k, v, mask, out, offsets, strides, Sq, Sk, d_k, d_v, causal, q_offset, masked, num_threads):
+def attention(q, k, v, mask, out, offsets, strides, Sq, Sk, d_k, d_v, causal, q_offset, masked, num_threads,
+              items=None):
+    """The kernel contract's attention; items (B, 3): each item's own Sq, Sk and output offset
+    (packed sequences), or None (every item Sq x Sk)."""
     nthreads = _use_threads(num_threads)
+    B = len(offsets)
+    if items is None:
+        sq, sk, ooff = np.full(B, Sq, np.int64), np.full(B, Sk, np.int64), np.arange(B, dtype=np.int64) * (Sq * d_v)
+        sched, starts = _schedule(B, Sq, Sk, bool(causal), int(q_offset), nthreads)
+    else:
+        sq, sk, ooff = (np.ascontiguousarray(items[:, i]) for i in range(3))
+        sched, starts = _deal(_costs(sq, sk, bool(causal), int(q_offset)), nthreads)
     lanes2 = 2 * VBYTES // out.itemsize  # the P V micro-kernel works on two registers of d_v
     dvp = -(-d_v // lanes2) * lanes2
     # K and V are packed once per distinct (K, V) batch item (they are often broadcast)
     kv, unit = _units(offsets[:, 1:3].tobytes())
+    usk = np.empty(len(kv), np.int64)
+    usk[unit] = sk  # a unit's keys: those of the items that read it
     nkt = -(-Sk // _attention.BK)
     kp = _workspace("kp", (len(kv), nkt, d_k, _attention.BK), out.dtype)
     vp = _workspace("vp", (len(kv), nkt * _attention.BK, dvp), out.dtype)
     work = _workspace("work", (nthreads, _attention.scratch_layout(d_k, dvp, Sk)[-1]), out.dtype)
     _attention.pack_kv(k, v, np.ascontiguousarray(kv[:, 0]), np.ascontiguousarray(kv[:, 1]),
-                       int(strides[1]), int(strides[2]), Sk, d_k, d_v, dvp, kp, vp)
-    sched, starts = _schedule(len(offsets), Sq, Sk, bool(causal), int(q_offset), nthreads)
+                       int(strides[1]), int(strides[2]), usk, d_k, d_v, dvp, kp, vp)
     qoff, koff, voff, moff = (np.ascontiguousarray(offsets[:, i]) for i in range(4))
     qs, ks, vs, ms = (int(s) for s in strides)
-    _attention.attention_tiles(q, k, v, kp, vp, mask, out, qoff, koff, voff, moff, unit, qs, ks, vs, ms, Sq,
-                               Sk, d_k, d_v, bool(causal), int(q_offset), bool(masked), sched, starts, work)
+    _attention.attention_tiles(q, k, v, kp, vp, mask, out, qoff, koff, voff, moff, unit, sq, sk, ooff, qs, ks, vs,
+                               ms, Sk, d_k, d_v, bool(causal), int(q_offset), bool(masked), sched, starts, work)
 
 
 def attention_decode(q, k, v, mask, out, offsets, strides, Sq, Sk, d_k, d_v, causal, q_offset, masked,
@@ -111,22 +122,34 @@ def _units(kv_bytes):
     return kv, unit.reshape(-1).astype(np.int64)
 
 
-@functools.lru_cache(maxsize=64)
-def _schedule(B, Sq, Sk, causal, q_offset, nthreads):
-    """Split the work items w = (query tile w // B, batch item w % B) over the threads.
-
-    Items are sorted by cost (key tiles visited: fewer on causal tiles near the top) and dealt out
-    in a snake (0, 1, .., n-1, n-1, .., 0, 0, 1, ..), which evens out the causal triangle. Returns
-    (items grouped by thread, heaviest first within a thread; start of each thread's group)."""
+def _costs(sq, sk, causal, q_offset):
+    """The cost of each work item w = (query tile w // B, batch item w % B): key tiles visited
+    (fewer on causal tiles near the top; 0 for tiles past an item's queries)."""
     BQ, BK = _attention.BQ, _attention.BK
-    nqt, nkt = -(-Sq // BQ), -(-Sk // BK)
-    w = np.arange(B * nqt, dtype=np.int64)
-    last_row = np.minimum((w // B + 1) * BQ, Sq) - 1 + q_offset  # its position
-    cost = np.minimum(nkt, last_row // BK + 1) if causal else np.full(w.size, nkt)
+    B = len(sq)
+    w = np.arange(B * -(-int(sq.max()) // BQ), dtype=np.int64)
+    first, b = (w // B) * BQ, w % B
+    last_row = np.minimum(first + BQ, sq[b]) - 1 + q_offset  # its position
+    tiles = -(-sk[b] // BK)
+    cost = np.minimum(tiles, last_row // BK + 1) if causal else tiles
+    return np.where(first < sq[b], cost, 0)
+
+
+def _deal(cost, nthreads):
+    """Split the work items with cost > 0 over the threads: sorted by cost and dealt out in a snake
+    (0, 1, .., n-1, n-1, .., 0, 0, 1, ..), which evens out a causal triangle. Returns (items
+    grouped by thread, heaviest first within a thread; start of each thread's group)."""
     order = np.argsort(-cost, kind="stable")
+    order = order[cost[order] > 0]
     lap = np.arange(order.size) % (2 * nthreads)
     thread = np.where(lap < nthreads, lap, 2 * nthreads - 1 - lap)
     by_thread = np.argsort(thread, kind="stable")
     starts = np.zeros(nthreads + 1, np.int64)
     starts[1:] = np.cumsum(np.bincount(thread, minlength=nthreads))
     return order[by_thread].astype(np.int64), starts
+
+
+@functools.lru_cache(maxsize=64)
+def _schedule(B, Sq, Sk, causal, q_offset, nthreads):
+    """_deal for B items of Sq queries and Sk keys (cached: repeated calls of one shape)."""
+    return _deal(_costs(np.full(B, Sq, np.int64), np.full(B, Sk, np.int64), causal, q_offset), nthreads)
