@@ -370,7 +370,8 @@ def check_cu_seqlens(cu_seqlens, total):
     """cu_seqlens as int64 (n + 1,): 0, then non-decreasing sequence ends, the last one total."""
     cu = np.asarray(cu_seqlens)
     if cu.dtype.kind not in "iu":
-        raise TypeError(f"cu_seqlens must be integers (where each packed sequence starts), got dtype {cu.dtype}")
+        raise TypeError(f"cu_seqlens must be integers (where each packed sequence starts), "
+                        f"got dtype {cu.dtype}")
     cu = cu.astype(np.int64, copy=False)
     if cu.ndim != 1 or cu.size < 2 or cu[0] != 0 or cu[-1] != total or (np.diff(cu) < 0).any():
         raise ValueError(f"cu_seqlens must run from 0 to the {total} packed rows without decreasing "
@@ -398,11 +399,12 @@ def attention_varlen(kernels, Q, K, V, cu_seqlens, *, causal=False, out=None):
     offsets = (a.offsets[:, None, :] + starts[None, :, None] * a.strides[None, None, :]).reshape(-1, 4)
     items = np.empty((B * n, 3), np.int64)
     items[:, 0] = items[:, 1] = np.tile(lens, B)
-    items[:, 2] = (np.arange(B, dtype=np.int64)[:, None] * (total * a.dv) + starts[None, :] * a.dv).reshape(-1)
+    first_row = np.arange(B, dtype=np.int64)[:, None] * total + starts[None, :]
+    items[:, 2] = first_row.reshape(-1) * a.dv
     order = np.argsort(-items[:, 0], kind="stable")
     longest = int(lens.max())
     work = int((lens.astype(np.float64) ** 2).sum()) * B * (a.dk + a.dv)
-    kernels.attention(a.q, a.k, a.v, a.mask, a.out.reshape(-1), np.ascontiguousarray(offsets[order]), a.strides,
-                      longest, longest, a.dk, a.dv, bool(causal), 0, False, threads_for(work, ATTENTION_WORK),
-                      np.ascontiguousarray(items[order]))
+    kernels.attention(a.q, a.k, a.v, a.mask, a.out.reshape(-1), np.ascontiguousarray(offsets[order]),
+                      a.strides, longest, longest, a.dk, a.dv, bool(causal), 0, False,
+                      threads_for(work, ATTENTION_WORK), np.ascontiguousarray(items[order]))
     return a.out

@@ -152,8 +152,8 @@ def _exact_row(q, k, v, mask, orow, qrow, krow, vrow, ks, vs, mrow, i, Sk, dk, d
 
 
 @_jit(parallel=True)
-def attention_tiles(q, k, v, kp, vp, mask, out, qoff, koff, voff, moff, unit, sq, sk, ooff, qs, ks, vs, ms, Sk,
-                    dk, dv, causal, q_offset, masked, items, starts, work):
+def attention_tiles(q, k, v, kp, vp, mask, out, qoff, koff, voff, moff, unit, sq, sk, ooff, qs, ks, vs, ms,
+                    Sk, dk, dv, causal, q_offset, masked, items, starts, work):
     """Work item w = (query tile w // B, batch item w % B), item b of sq[b] queries and sk[b] keys
     (Sk: the most), its output at ooff[b]; items/starts: the items each thread runs
     (len(starts) - 1 = Numba's current thread count, passed in: numba.get_num_threads() in jitted

@@ -38,7 +38,8 @@ def attention(q, k, v, mask, out, offsets, strides, Sq, Sk, d_k, d_v, causal, q_
     nthreads = _use_threads(num_threads)
     B = len(offsets)
     if items is None:
-        sq, sk, ooff = np.full(B, Sq, np.int64), np.full(B, Sk, np.int64), np.arange(B, dtype=np.int64) * (Sq * d_v)
+        sq, sk = np.full(B, Sq, np.int64), np.full(B, Sk, np.int64)
+        ooff = np.arange(B, dtype=np.int64) * (Sq * d_v)
         sched, starts = _schedule(B, Sq, Sk, bool(causal), int(q_offset), nthreads)
     else:
         sq, sk, ooff = (np.ascontiguousarray(items[:, i]) for i in range(3))
@@ -57,8 +58,9 @@ def attention(q, k, v, mask, out, offsets, strides, Sq, Sk, d_k, d_v, causal, q_
                        int(strides[1]), int(strides[2]), usk, d_k, d_v, dvp, kp, vp)
     qoff, koff, voff, moff = (np.ascontiguousarray(offsets[:, i]) for i in range(4))
     qs, ks, vs, ms = (int(s) for s in strides)
-    _attention.attention_tiles(q, k, v, kp, vp, mask, out, qoff, koff, voff, moff, unit, sq, sk, ooff, qs, ks, vs,
-                               ms, Sk, d_k, d_v, bool(causal), int(q_offset), bool(masked), sched, starts, work)
+    _attention.attention_tiles(q, k, v, kp, vp, mask, out, qoff, koff, voff, moff, unit, sq, sk, ooff, qs, ks,
+                               vs, ms, Sk, d_k, d_v, bool(causal), int(q_offset), bool(masked), sched, starts,
+                               work)
 
 
 def attention_decode(q, k, v, mask, out, offsets, strides, Sq, Sk, d_k, d_v, causal, q_offset, masked,
