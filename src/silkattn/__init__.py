@@ -28,12 +28,21 @@ from .models import (
                      multi_head,
                      transformer,
 )
-from .ops import add_layer_norm, attention, attention_varlen, bias_relu, layer_norm, linear, softmax
+from .ops import (
+                     add_layer_norm,
+                     attention,
+                     attention_varlen,
+                     bias_gelu,
+                     bias_relu,
+                     layer_norm,
+                     linear,
+                     softmax,
+)
 from .reference import causal_mask, init_params, positional_encoding
 
 __version__ = "0.1.0"
 __all__ = ["reference", "ops", "models", "backends", "get_backend", "set_backend", "use_backend", "patch",
-           "attention_varlen",
+           "attention_varlen", "bias_gelu",
            "patched", "unpatch", "get_num_threads", "set_num_threads", "softmax", "attention", "layer_norm",
            "linear", "bias_relu", "add_layer_norm", "multi_head", "feed_forward", "block", "transformer",
            "DecoderConfig", "positional_encoding", "causal_mask", "init_params", "Seq2SeqConfig",

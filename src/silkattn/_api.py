@@ -22,6 +22,7 @@ result array they may write. The kernel contract (the same for every backend):
                                                          out = x w (+ b), x: (m, k) with m <= LINEAR_ROWS,
                                                          w: (k, n), or (n, k) if transposed (out = x w^T)
     bias_relu(h, b, num_threads)                         h: (rows, n) C-contiguous, in place; b: (n,)
+    bias_gelu(h, b, num_threads)                         the same, h = gelu(h + b)
     add_layer_norm(x, r, g, b, eps, s, out, num_threads) s = x + r, out = layer_norm(s); all (rows, n)
 
 Attention kernels skip keys (causal tiles, fully masked tiles) that the reference weighs
@@ -191,20 +192,29 @@ _NO_BIAS = {dtype: np.zeros(1, dtype) for dtype in FLOATS}
 
 # ---------------------------------------------------------------- bias_relu
 
-def bias_relu(kernels, x, b, *, out=None):
+def _bias_activation(kernel, numpy_fallback, x, b, out):
+    """out = f(x + b) for an elementwise f, b along the last axis; out may be x itself."""
     x = as_float_array(x, "x")
     if x.ndim == 0:
         raise ValueError("x must have at least one dimension (b is added along the last axis)")
     dtype = np.result_type(x, as_float_array(b, "b"))
     b = _along_last_axis(b, x.shape[-1], dtype, "b")
     out = check_out(out, x.shape, dtype, [x, b], same_as=x)
-    if kernels.bias_relu is None or not x.size:
-        np.add(x, b, out=out)
-        return np.maximum(out, 0, out=out)  # NaN stays NaN
+    if kernel is None or not x.size:
+        np.copyto(out, numpy_fallback(np.add(x, b, dtype=dtype)))
+        return out
     if out is not x:
         np.copyto(out, x)
-    kernels.bias_relu(out.reshape(-1, x.shape[-1]), b, threads_for(x.size, ELEMENTWISE_WORK))
+    kernel(out.reshape(-1, x.shape[-1]), b, threads_for(x.size, ELEMENTWISE_WORK))
     return out
+
+
+def bias_relu(kernels, x, b, *, out=None):
+    return _bias_activation(kernels.bias_relu, lambda v: np.maximum(v, 0), x, b, out)  # NaN stays NaN
+
+
+def bias_gelu(kernels, x, b, *, out=None):
+    return _bias_activation(kernels.bias_gelu, ref.gelu, x, b, out)
 
 
 # ---------------------------------------------------------------- attention

@@ -26,6 +26,7 @@ class Kernels:
     attention_decode: Kernel = None  # attention for one query row (Sq == 1): keys split across threads
     linear: Kernel = None           # x W (+ b) for a few rows of x: a decoding step's projections
     bias_relu: Kernel = None        # h = max(h + b, 0) in place (the feed-forward's elementwise step)
+    bias_gelu: Kernel = None        # h = gelu(h + b) in place (the exact, erf GELU)
     add_layer_norm: Kernel = None   # s = x + r and layer_norm(s) in one pass (residual + next norm)
     isa: str = "numpy"              # the instruction set the kernels run with
     openmp: bool = True             # False: built without OpenMP, single-threaded

