@@ -21,11 +21,17 @@ OURS = [name for name, status in silkattn.backends().items()
         if name != "numpy" and status.startswith("available")]
 
 
+LIBRARIES = {"torch": "torch", "sentence-transformers": "sentence_transformers", "onnxruntime": "onnxruntime"}
+
+
 @pytest.fixture(params=OURS + list(specs.RIVALS))
 def contender(request):
-    if request.param == "torch":
-        torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch==2.13.0)")
+    if request.param in LIBRARIES:
+        pytest.importorskip(LIBRARIES[request.param], reason=f"{LIBRARIES[request.param]} is not installed")
+    if request.param in ("torch", "sentence-transformers"):
+        import torch
         torch.set_num_threads(THREADS)
+    os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))  # onnxruntime's session reads it
     silkattn.set_num_threads(THREADS)
     return request.param
 

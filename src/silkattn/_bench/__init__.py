@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 
-from .cases import all_cases, case_gflop, case_name  # noqa: F401  (the CLI and bench/ use these)
+from .cases import RIVALS, TORCH_RIVALS, all_cases, case_gflop, case_name  # noqa: F401  (the CLI, bench/)
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
 SILKATTN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -23,18 +23,23 @@ def _run_worker(python, spec):
     env = dict(os.environ, OMP_NUM_THREADS=str(spec["threads"]), OPENBLAS_NUM_THREADS=str(spec["threads"]))
     if spec.get("memory"):  # a fixed mmap threshold: freed blocks go back to the OS, so RSS shows new memory
         env.update(MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0")
-    spec = dict(spec, silkattn_dir=SILKATTN_DIR if spec["contender"] == "torch" else None)
+    spec = dict(spec, silkattn_dir=SILKATTN_DIR if spec["contender"] in TORCH_RIVALS else None)
     proc = subprocess.run([python, WORKER, json.dumps(spec)], env=env, capture_output=True, text=True)
     if proc.returncode:
         raise RuntimeError(f"{spec['contender']} worker failed:\n{proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def torch_available(python):
+def importable(python, module):
+    """Whether `python` can import `module` (a rival's library, in the Python that runs it)."""
     try:
-        return subprocess.run([python, "-c", "import torch"], capture_output=True).returncode == 0
+        return subprocess.run([python, "-c", f"import {module}"], capture_output=True).returncode == 0
     except OSError:  # no such interpreter
         return False
+
+
+def torch_available(python):
+    return importable(python, "torch")
 
 
 def run(cases, contenders, threads_list, rounds=3, pythons=None, progress=None, min_time=0.25):
@@ -81,15 +86,20 @@ def _ratio(a, b, width=10):
     return f"{a / b:{width}.2f}" if a is not None and b is not None else f"{'':>{width}s}"
 
 
+SHORT = {"sentence-transformers": "st", "onnxruntime": "ort"}
+
+
 def table(cases, results, contenders, ours=("cython",)):
     """Rows: case, threads, each contender's ms; for each of ours, GFLOP/s and its fraction of numpy's
-    sgemm rate, and the time ratios to torch and to a baseline install, and the speed-up over numpy."""
+    sgemm rate, and the time ratios to each rival and to a baseline install, and the speed-up over
+    numpy."""
+    rivals = [r for r in contenders if r in RIVALS and r != "numpy"]
     lines = []
-    head = f"{'case':44s} {'thr':>3s} " + " ".join(f"{n + ' ms':>11s}" for n in contenders)
+    head = f"{'case':50s} {'thr':>3s} " + " ".join(f"{SHORT.get(n, n) + ' ms':>11s}" for n in contenders)
     for name in ours:
         head += f" {name[:6] + ' GF/s':>12s} {'%sgemm':>6s}"
-        if "torch" in contenders:
-            head += f" {name[:6] + '/torch':>12s}"
+        for r in rivals:
+            head += f" {name[:6] + '/' + SHORT.get(r, r)[:5]:>12s}"
         if f"base-{name}" in contenders:
             head += f" {name[:6] + '/base':>11s}"
         if "numpy" in contenders:
@@ -100,7 +110,7 @@ def table(cases, results, contenders, ours=("cython",)):
         lines.append(f"-- {threads} thread(s): numpy sgemm {sgemm or float('nan'):.0f} GFLOP/s, "
                      f"dgemm {res.get('dgemm', float('nan')):.0f} GFLOP/s (the ceiling)")
         for i, c in enumerate(cases):
-            row = f"{case_name(c):44s} {threads:3d} " + " ".join(_ms(res[n][i]) for n in contenders)
+            row = f"{case_name(c):50s} {threads:3d} " + " ".join(_ms(res[n][i]) for n in contenders)
             for name in ours:
                 g, t = case_gflop(c), res[name][i]
                 ceiling = sgemm if c.get("dtype") == "float32" else res.get("dgemm")
@@ -108,8 +118,8 @@ def table(cases, results, contenders, ours=("cython",)):
                     row += f" {g / t:12.1f} " + (f"{100 * g / t / ceiling:5.0f}%" if ceiling else f"{'':>6s}")
                 else:
                     row += f" {'':>12s} {'':>6s}"
-                if "torch" in contenders:
-                    row += _ratio(t, res["torch"][i], 13)
+                for r in rivals:
+                    row += _ratio(t, res[r][i], 13)
                 if f"base-{name}" in contenders:
                     row += _ratio(t, res[f"base-{name}"][i], 12)
                 if "numpy" in contenders:
@@ -144,6 +154,24 @@ def generation(cases, results, contenders):
             share = f", {100 * rate / copy:.0f}% of copy" if copy else ""
             lines.append(f"{name:>14s}: generate {total * 1e3:9.1f} ms, {step * 1e3:7.2f} ms/token, "
                          f"{1 / step if step > 0 else float('nan'):6.1f} tokens/s, {rate:5.1f} GB/s{share}")
+    return "\n".join(lines)
+
+
+def bert(cases, results, contenders):
+    """Sentences per second of each contender, and the share of a padded batch that packing skips."""
+    from .cases import padding_share
+    idx = [i for i, c in enumerate(cases) if c["op"] == "bert"]
+    if not idx:
+        return ""
+    lines = []
+    for i in idx:
+        c = cases[i]
+        share, tokens = padding_share(c)
+        lines.append(f"{case_name(c)}: {tokens} real tokens; padded to its longest sentence, "
+                     f"{100 * share:.0f}% of the batch would be padding, which a packed batch never computes")
+        for threads, res in results.items():
+            rates = [f"{SHORT.get(n, n)} {c['sentences'] / res[n][i]:.0f}" for n in contenders if res[n][i]]
+            lines.append(f"-- {threads} thread(s), sentences/s: " + ", ".join(rates))
     return "\n".join(lines)
 
 

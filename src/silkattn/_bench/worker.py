@@ -77,11 +77,11 @@ def _status_kib(field):
 def setup(contender, threads):
     """Set the contender's thread count; return the name its calls are built under."""
     name = contender[len("base-"):] if contender.startswith("base-") else contender
-    if name == "torch":
+    if name in ("torch", "sentence-transformers"):
         import torch
         torch.set_num_threads(threads)
         return name
-    if name == "numpy":
+    if name in ("numpy", "onnxruntime"):  # onnxruntime: its session reads OMP_NUM_THREADS
         return name
     import silkattn
     silkattn.set_num_threads(threads)
