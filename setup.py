@@ -42,7 +42,8 @@ def openmp_flags():
 
 
 omp = openmp_flags()
-cflags = ["-O3", "-fno-math-errno"] + ([] if _flag("SILKATTN_PORTABLE") else ["-march=native"])
+# -Wno-psabi: wide vectors are passed by value between static functions only, so no ABI is at stake
+cflags = ["-O3", "-fno-math-errno", "-Wno-psabi"] + ([] if _flag("SILKATTN_PORTABLE") else ["-march=native"])
 checks = _flag("SILKATTN_BOUNDSCHECK")
 sanitize = ["-fsanitize=address", "-fno-omit-frame-pointer"] if checks else []
 cflags += sanitize

@@ -73,7 +73,7 @@ static size_t sa_attn_decode_scratch(int64_t dk) { return (size_t)(dk + SA_COL_P
 #define SA_DISPATCH(name)                                                                          \
     static inline void sa_attn_tile_##name(int isa, const sa_attn_args *a, int64_t b, int64_t q0,   \
                                            void *scratch) {                                        \
-        (isa ? sa_attn_tile_##name##_avx2 : sa_attn_tile_##name##_generic)(a, b, q0, scratch); }
+        SA_PICK(sa_attn_tile_##name, isa)(a, b, q0, scratch); }
 SA_DISPATCH(f32)
 SA_DISPATCH(f64)
 #undef SA_DISPATCH
@@ -81,10 +81,10 @@ SA_DISPATCH(f64)
 #define SA_DISPATCH(T, name)                                                                       \
     static inline void sa_attn_decode_part_##name(int isa, const sa_attn_args *a, int64_t b, int64_t j0, \
                                                   int64_t j1, T *part, T *scratch) {             \
-        (isa ? sa_attn_decode_part_##name##_avx2 : sa_attn_decode_part_##name##_generic)(a, b, j0, j1, part, scratch); } \
+        SA_PICK(sa_attn_decode_part_##name, isa)(a, b, j0, j1, part, scratch); } \
     static inline void sa_attn_decode_merge_##name(int isa, const sa_attn_args *a, int64_t b, int64_t nsplit, \
                                                    const T *parts, T *out) {                     \
-        (isa ? sa_attn_decode_merge_##name##_avx2 : sa_attn_decode_merge_##name##_generic)(a, b, nsplit, parts, out); }
+        SA_PICK(sa_attn_decode_merge_##name, isa)(a, b, nsplit, parts, out); }
 SA_DISPATCH(float, f32)
 SA_DISPATCH(double, f64)
 #undef SA_DISPATCH

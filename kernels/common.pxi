@@ -13,20 +13,27 @@ cdef extern from *:
 
 cdef extern from "isa.h" nogil:
     int sa_cpu_has_avx2()
+    int sa_cpu_has_avx512()
     void *sa_alloc(size_t bytes)
 
 OPENMP = bool(SILKATTN_OPENMP)
+ISA_NAMES = ("generic", "avx2", "avx512", "avx2x64")  # the copies of instances.h, by their number
 
 
 def _choose_isa():
-    """1 (avx2 + fma) or 0 (generic): the best the CPU runs, or SILKATTN_ISA=generic|avx2 to force one."""
+    """The copy the CPU runs best (avx512, else avx2 + fma, else generic), or the one SILKATTN_ISA
+    names: generic, avx2, avx512, or avx2x64 (the avx512 copy's 64-byte code on AVX2, for tests)."""
     wanted = os.environ.get("SILKATTN_ISA", "auto").strip().lower() or "auto"
-    if wanted not in ("auto", "avx2", "generic"):
-        raise ImportError(f"SILKATTN_ISA must be auto, avx2 or generic, got {wanted!r}")
-    if wanted == "avx2" and not sa_cpu_has_avx2():
-        raise ImportError("SILKATTN_ISA=avx2, but this CPU lacks AVX2 or FMA")
-    return 0 if wanted == "generic" else sa_cpu_has_avx2()
+    if wanted not in ("auto",) + ISA_NAMES:
+        raise ImportError(f"SILKATTN_ISA must be auto, {', '.join(ISA_NAMES)}, got {wanted!r}")
+    if wanted == "auto":
+        return 2 if sa_cpu_has_avx512() else 1 if sa_cpu_has_avx2() else 0
+    needs = {"avx2": sa_cpu_has_avx2(), "avx2x64": sa_cpu_has_avx2(), "avx512": sa_cpu_has_avx512()}
+    if not needs.get(wanted, True):
+        raise ImportError(f"SILKATTN_ISA={wanted}, but this CPU lacks "
+                          f"{'AVX-512 (F, DQ, VL, BW)' if wanted == 'avx512' else 'AVX2 or FMA'}")
+    return ISA_NAMES.index(wanted)
 
 
 cdef int ISA = _choose_isa()
-ISA_NAME = ("generic", "avx2")[ISA]
+ISA_NAME = ISA_NAMES[ISA]

@@ -4,7 +4,7 @@
 
 #define SA_DISPATCH(T, name)                                                                  \
     static inline void sa_bias_gelu_row_##name(int isa, T *h, const T *b, int64_t n) {         \
-        (isa ? sa_bias_gelu_row_##name##_avx2 : sa_bias_gelu_row_##name##_generic)(h, b, n); }
+        SA_PICK(sa_bias_gelu_row_##name, isa)(h, b, n); }
 SA_DISPATCH(float, f32)
 SA_DISPATCH(double, f64)
 #undef SA_DISPATCH

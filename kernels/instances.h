@@ -1,23 +1,52 @@
 /* Instantiates the template file named by SA_TEMPLATE once per (instruction set, dtype):
- * sa_<name>_<f32|f64>_<avx2|generic>. The avx2 copies are compiled with target("avx2,fma") and
- * chosen at run time (sa_cpu_has_avx2), so a portable build still gets them; the generic copies
- * use 16-byte GCC vector extensions, which every target lowers to its own SIMD (or scalars). */
+ * sa_<name>_<f32|f64>_<isa>, chosen at run time (SA_PICK, silkattn's ISA), so a portable build
+ * still gets the wide copies:
+ *   avx512   64-byte vectors, target("avx512f,avx512dq,avx512vl,avx512bw,fma"): 16 floats a register
+ *   avx2     32-byte vectors, target("avx2,fma")
+ *   avx2x64  the avx512 copy's 64-byte vectors compiled for AVX2 (each operation split in two): the
+ *            same 16-lane code paths on any AVX2 CPU, so the tests exercise them everywhere
+ *   generic  16-byte GCC vector extensions, which every target lowers to its own SIMD (or scalars)
+ * Off x86 the x86 copies are generic ones at 16 bytes, never chosen. */
 #define SA_CAT_(a, b, c) a##_##b##_##c
 #define SA_CAT(a, b, c) SA_CAT_(a, b, c)
 #define SA_FN(name) SA_CAT(name, SA_TNAME, SA_ISA)
 
 #if defined(__x86_64__) || defined(__i386__)
+#define SA_X86 1
+#else
+#define SA_X86 0
+#endif
+
+#if SA_X86
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma")
+#define SA_VBYTES 64
+#else
+#define SA_VBYTES 16
+#endif
+#define SA_ISA avx512
+#include "instances_dtypes.h"
+#undef SA_ISA
+#undef SA_VBYTES
+#if SA_X86
+#pragma GCC pop_options
+#endif
+
+#if SA_X86
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
-#define SA_VBYTES 32
-#else
-#define SA_VBYTES 16  /* off x86 the "avx2" copy is a second generic one, never chosen */
 #endif
+#define SA_VBYTES (SA_X86 ? 32 : 16)
 #define SA_ISA avx2
 #include "instances_dtypes.h"
 #undef SA_ISA
 #undef SA_VBYTES
-#if defined(__x86_64__) || defined(__i386__)
+#define SA_VBYTES (SA_X86 ? 64 : 16)
+#define SA_ISA avx2x64
+#include "instances_dtypes.h"
+#undef SA_ISA
+#undef SA_VBYTES
+#if SA_X86
 #pragma GCC pop_options
 #endif
 

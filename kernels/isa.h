@@ -1,4 +1,4 @@
-/* Which kernels this CPU can run: 1 = avx2 + fma, 0 = generic. Included once per module. */
+/* Which kernel copy runs (see instances.h). Included once per module. */
 #ifndef SA_ISA_H
 #define SA_ISA_H
 #include <stdint.h>
@@ -6,10 +6,28 @@
 #include <string.h>
 #include <math.h>
 
+enum { SA_ISA_GENERIC = 0, SA_ISA_AVX2 = 1, SA_ISA_AVX512 = 2, SA_ISA_AVX2X64 = 3 };
+
+/* The copy of fn for instruction set isa: every op's dispatch (the op headers) goes through this. */
+#define SA_PICK(fn, isa)                                                                   \
+    ((isa) == SA_ISA_AVX512 ? fn##_avx512 : (isa) == SA_ISA_AVX2X64 ? fn##_avx2x64         \
+     : (isa) == SA_ISA_AVX2 ? fn##_avx2 : fn##_generic)
+
 static inline int sa_cpu_has_avx2(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return 0;
+#endif
+}
+
+/* AVX-512 with what the kernels use: F, plus DQ, VL and BW. */
+static inline int sa_cpu_has_avx512(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    return sa_cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq")
+           && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw");
 #else
     return 0;
 #endif

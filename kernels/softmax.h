@@ -4,7 +4,7 @@
 
 #define SA_DISPATCH(T, name)                                                          \
     static inline void sa_softmax_row_##name(int isa, const T *x, T *out, int64_t n) { \
-        (isa ? sa_softmax_row_##name##_avx2 : sa_softmax_row_##name##_generic)(x, out, n); }
+        SA_PICK(sa_softmax_row_##name, isa)(x, out, n); }
 SA_DISPATCH(float, f32)
 SA_DISPATCH(double, f64)
 #undef SA_DISPATCH

@@ -1,9 +1,17 @@
-"""The generic (non-AVX2) kernels: forced with SILKATTN_ISA=generic, they must pass the same suite."""
+"""The other kernel copies (kernels/instances.h), forced with SILKATTN_ISA, pass the same kernel suite:
+generic (16-byte vectors), avx2x64 (the AVX-512 copy's 16-lane float code compiled for AVX2, so its
+logic is tested on any AVX2 CPU) and avx512 itself where the CPU has it."""
 import os
 import subprocess
 import sys
 
+import pytest
+
+import silkattn.cython
+
 HERE = os.path.dirname(os.path.abspath(__file__))
+KERNEL_SUITE = ["test_attention.py", "test_attention_varlen.py", "test_softmax.py", "test_layer_norm.py",
+                "test_linear.py", "test_bias_gelu.py", "test_bias_relu.py", "test_add_layer_norm.py"]
 
 
 def run(code_or_args, isa):
@@ -12,15 +20,37 @@ def run(code_or_args, isa):
 
 
 def test_isa_can_be_forced():
-    proc = run(["-c", "import silkattn.cython as c; print(c.ISA)"], "generic")
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "generic"
+    for isa in ("generic", "avx2x64"):
+        proc = run(["-c", "import silkattn.cython as c; print(c.ISA)"], isa)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == isa
     bad = run(["-c", "import silkattn.cython"], "sse9")
     assert bad.returncode != 0 and "SILKATTN_ISA" in bad.stderr
 
 
-def test_generic_kernels_pass_the_kernel_suite():
-    files = ["test_attention.py", "test_softmax.py", "test_layer_norm.py"]
-    proc = run(["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-k", "cython", *files], "generic")
+def has_avx512():
+    return run(["-c", "import silkattn.cython"], "avx512").returncode == 0
+
+
+@pytest.mark.parametrize("isa", ["generic", "avx2x64", "avx512"])
+def test_every_copy_passes_the_kernel_suite(isa):
+    if isa == "avx512" and not has_avx512():
+        pytest.skip("this CPU has no AVX-512 (F, DQ, VL, BW): its 16-lane code runs as avx2x64 instead")
+    if isa == "avx2x64" and silkattn.cython.ISA == "generic":
+        pytest.skip("this CPU has no AVX2")
+    proc = run(["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-k", "cython", *KERNEL_SUITE], isa)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout and "failed" not in proc.stdout
+
+
+def test_numba_64_byte_vectors_pass_the_kernel_suite():
+    """The Numba kernels at 512 bits (SILKATTN_NUMBA_VBYTES=64: what a CPU with AVX-512F gets), on any
+    CPU; float32, where 16 lanes a register change the code's shape. Without a cache: a minute."""
+    env = dict(os.environ, SILKATTN_NUMBA_VBYTES="64")
+    files = ["test_attention.py", "test_attention_varlen.py", "test_softmax.py", "test_layer_norm.py",
+             "test_linear.py"]
+    command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-k",
+               "numba and float32 and not 2threads", *files]
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, cwd=HERE)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout and "failed" not in proc.stdout

@@ -93,7 +93,7 @@ def bench(args):
     libraries = ("silkattn", "numpy", "numba", "torch", "python")
     versions = ", ".join(f"{k} {info[k]}" for k in libraries if k in info)
     print(f"cpu: {info['cpu']} ({info['cores']} cores; {info.get('cpu_isa')}); silkattn kernels: "
-          f"{info.get('silkattn_isa')}; {versions}")
+          f"{info.get('silkattn_isa')} (cython), {info.get('numba_simd')} (numba); {versions}")
     print(f"each contender in its own process, {rounds} alternating rounds, medians; "
           f"ratios = silkattn time / rival time ({time.perf_counter() - start:.0f} s)"
           + (f"; base-* = {args.baseline}" if args.baseline else ""))

@@ -12,7 +12,7 @@ from ._cy import linear as _linear
 from ._cy import softmax as _softmax
 
 OPENMP = _softmax.OPENMP
-ISA = _softmax.ISA_NAME  # the instruction set the kernels run with: "avx2" or "generic"
+ISA = _softmax.ISA_NAME  # the kernel copy that runs: "avx512", "avx2", "generic" (or "avx2x64", forced)
 
 KERNELS = Kernels("cython", softmax=_softmax.softmax, layer_norm=_layer_norm.layer_norm,
                   attention=_attention.attention, attention_decode=_attention.attention_decode,

@@ -211,6 +211,11 @@ def machine():
         info["silkattn_isa"] = cy.ISA
     except ImportError:
         pass
+    try:
+        from silkattn.numba import _simd
+        info["numba_simd"] = f"{_simd.VBYTES * 8}-bit"
+    except ImportError:
+        pass
     return info
 
 

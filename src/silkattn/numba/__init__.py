@@ -24,12 +24,12 @@ def _start_threads():
 
 _start_threads()
 
-from . import driver  # noqa: E402  (after the thread pool has started)
+from . import _simd, driver  # noqa: E402  (after the thread pool has started)
 
 OPENMP = True  # Numba's own threading layer (omp, tbb or workqueue) is always there
 KERNELS = Kernels("numba", softmax=driver.softmax, layer_norm=driver.layer_norm, attention=driver.attention,
                   attention_decode=driver.attention_decode, linear=driver.linear, bias_relu=driver.bias_relu,
-                  bias_gelu=driver.bias_gelu, isa="avx2 (llvm)")
+                  bias_gelu=driver.bias_gelu, isa=f"{_simd.VBYTES * 8}-bit (llvm)")
 
 globals().update(ops.bind(KERNELS))
 __all__ = ["KERNELS", "OPENMP", *ops.OPS]

@@ -11,6 +11,7 @@ Numba's on-disk cache only tracks the file a function is defined in: after editi
 delete src/silkattn/numba/__pycache__/*.nb[ic] or the kernels may load stale machine code.
 """
 import math
+import os
 
 import numba
 import numpy as np
@@ -22,7 +23,27 @@ import numpy as np
 # instruction of a function, the intrinsics' too, and re-association would fold the two-step range
 # reduction of exp (x - n*C1 - n*C2) and layer_norm's shifted centring ((x - x0) - delta).
 FASTMATH = {"contract"}
-VBYTES = 32  # one SIMD register: 256 bits (AVX2)
+
+
+def _vector_bytes():
+    """(bytes of one SIMD register, whether the user forced it): 64 where the CPU has AVX-512F
+    (llvmlite emits zmm code), else 32 (AVX2); SILKATTN_NUMBA_VBYTES=32|64 forces one. 64 on a CPU
+    without AVX-512 runs the 16-lane code with each operation split in two (as tests do)."""
+    forced = os.environ.get("SILKATTN_NUMBA_VBYTES", "").strip()
+    if forced:
+        if forced not in ("32", "64"):
+            raise ImportError(f"SILKATTN_NUMBA_VBYTES must be 32 or 64, got {forced!r}")
+        return int(forced), True
+    try:
+        from llvmlite import binding
+        return (64 if binding.get_host_cpu_features().get("avx512f") else 32), False
+    except Exception:  # an llvmlite without the query: the AVX2 width
+        return 32, False
+
+
+VBYTES, _FORCED = _vector_bytes()
+# Numba's on-disk cache is keyed by the CPU, not by VBYTES: a forced width compiles afresh each time.
+CACHE = not _FORCED
 
 if numba.config.DISABLE_JIT:
     # ---- pure-Python stand-ins: a "vector" is a small NumPy array of one register's lanes ----

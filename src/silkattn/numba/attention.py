@@ -26,6 +26,7 @@ import numpy as np
 from numba import prange
 
 from ._simd import (
+    CACHE,
     FASTMATH,
     hmax,
     hsum,
@@ -56,7 +57,7 @@ R = 4
 
 
 def _jit(**kw):
-    return numba.njit(nogil=True, cache=True, fastmath=FASTMATH, **kw)
+    return numba.njit(nogil=True, cache=CACHE, fastmath=FASTMATH, **kw)
 
 
 @_jit(parallel=True)

@@ -6,7 +6,7 @@ import numba
 import numpy as np
 from numba import prange
 
-from ._simd import FASTMATH
+from ._simd import CACHE, FASTMATH
 
 SQRT_HALF = 0.70710678118654752440
 
@@ -31,7 +31,7 @@ def _erf32(x):
     return x * p / q
 
 
-@numba.njit(parallel=True, nogil=True, cache=True, fastmath=FASTMATH)
+@numba.njit(parallel=True, nogil=True, cache=CACHE, fastmath=FASTMATH)
 def bias_relu_rows(h, b):
     rows, n = h.shape
     for i in prange(rows):
@@ -40,7 +40,7 @@ def bias_relu_rows(h, b):
             h[i, j] = v if not v < 0 else 0  # NaN stays NaN, as with np.maximum
 
 
-@numba.njit(parallel=True, nogil=True, cache=True, fastmath=FASTMATH)
+@numba.njit(parallel=True, nogil=True, cache=CACHE, fastmath=FASTMATH)
 def bias_gelu32_rows(h, b):
     rows, n = h.shape
     for i in prange(rows):
@@ -49,7 +49,7 @@ def bias_gelu32_rows(h, b):
             h[i, j] = v * (np.float32(1) + _erf32(v * np.float32(SQRT_HALF))) * np.float32(0.5)
 
 
-@numba.njit(parallel=True, nogil=True, cache=True, fastmath=FASTMATH)
+@numba.njit(parallel=True, nogil=True, cache=CACHE, fastmath=FASTMATH)
 def bias_gelu64_rows(h, b):
     rows, n = h.shape
     for i in prange(rows):

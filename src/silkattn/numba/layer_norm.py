@@ -5,10 +5,10 @@ import numba
 import numpy as np
 from numba import prange
 
-from ._simd import FASTMATH, hsum, vadd, vfma, vload, vmul, vsplat, vstore, vsub, vwidth
+from ._simd import CACHE, FASTMATH, hsum, vadd, vfma, vload, vmul, vsplat, vstore, vsub, vwidth
 
 
-@numba.njit(parallel=True, nogil=True, cache=True, fastmath=FASTMATH)
+@numba.njit(parallel=True, nogil=True, cache=CACHE, fastmath=FASTMATH)
 def layer_norm_rows(x, g, b, eps, out, nthreads):
     """out = g * (x - mean) / sqrt(var + eps) + b per row, population variance, in two passes over
     the row, never a one-pass sum of squares (that loses the variance of rows with a large mean).
