@@ -24,7 +24,7 @@ OURS = [name for name, status in silkattn.backends().items()
 LIBRARIES = {"torch": "torch", "sentence-transformers": "sentence_transformers", "onnxruntime": "onnxruntime"}
 
 
-@pytest.fixture(params=OURS + list(specs.RIVALS))
+@pytest.fixture
 def contender(request):
     if request.param in LIBRARIES:
         pytest.importorskip(LIBRARIES[request.param], reason=f"{LIBRARIES[request.param]} is not installed")
@@ -51,7 +51,10 @@ def run_case(benchmark, contender, case):
 
 
 def cases_of(op, full=False):
-    return pytest.mark.parametrize("case", specs.OPS[op].cases(full), ids=specs.case_name)
+    """Parametrize a test over the op's cases and the contenders that have a call for it."""
+    contenders = pytest.mark.parametrize("contender", OURS + list(specs.OPS[op].rivals), indirect=True)
+    shapes = pytest.mark.parametrize("case", specs.OPS[op].cases(full), ids=specs.case_name)
+    return lambda test: shapes(contenders(test))
 
 
 def pytest_terminal_summary(terminalreporter):
