@@ -30,10 +30,12 @@ static inline VEC SA_FN(vmax)(VEC a, VEC b) {
 #endif
 }
 
+/* Sum of the lanes as a halving tree (lane i + lane i + w, w = VL/2, VL/4, ..., 1): log2(VL) dependent
+ * adds instead of VL, which matters where a row's sum gates its next pass (layer_norm). */
 static inline SA_T SA_FN(hsum)(VEC x) {
-    SA_T s = 0;
-    for (int i = 0; i < SA_VL; i++) s += x[i];
-    return s;
+    for (int w = SA_VL / 2; w >= 1; w /= 2)
+        for (int i = 0; i < w; i++) x[i] += x[i + w];
+    return x[0];
 }
 /* The lane sums of SA_VL vectors at once, r[i] = sum of v[i]'s lanes: log2(SA_VL) levels of a
  * shuffle-and-add transpose (level B adds lanes B apart, taking alternate blocks of B lanes from
