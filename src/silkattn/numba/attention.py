@@ -53,6 +53,7 @@ EXACT_BELOW = MASKED + 2000.0
 BQ = 64                # a multiple of R
 BK = 64
 R = 4
+U = np.uint64         # an index type Numba does not wrap around, so LLVM vectorises the copies
 
 
 
@@ -66,39 +67,53 @@ def pack_kv(k, v, koff, voff, ks, vs, usk, dk, dv, dvp, kp, vp):
     lanes vp[u, key, d]; zero padding past the unit's usk[u] keys and dv. One unit per distinct
     (K, V) batch item.
     kp and vp are C-contiguous: tile w = u * nkt + t starts at w * dk * BK in kp."""
+    for w in prange(kp.shape[0] * kp.shape[1]):
+        _pack_tile(w, k, v, koff, voff, ks, vs, usk, dk, dv, dvp, kp, vp)
+
+
+@_jit()
+def pack_kv_serial(k, v, koff, voff, ks, vs, usk, dk, dv, dvp, kp, vp):
+    """pack_kv on the calling thread alone (a one-thread call need not pay for a parallel launch)."""
+    for w in range(kp.shape[0] * kp.shape[1]):
+        _pack_tile(w, k, v, koff, voff, ks, vs, usk, dk, dv, dvp, kp, vp)
+
+
+@_jit()
+def _pack_tile(w, k, v, koff, voff, ks, vs, usk, dk, dv, dvp, kp, vp):
+    """Key tile w = u * nkt + t of pack_kv. Indices are unsigned (U): for a signed index Numba adds
+    the wrap-around of negative ones, a branch that keeps LLVM from vectorising the copies."""
     nkt = kp.shape[1]
     kf = kp.reshape(-1)
     vf = vp.reshape(-1)
-    for w in prange(kp.shape[0] * nkt):
-        u, t = w // nkt, w % nkt
-        k0 = t * BK
-        nk = max(0, min(BK, usk[u] - k0))
-        kb = w * dk * BK
-        j = 0
-        while j + 8 <= nk:  # 8 keys at a time, so each d writes 8 adjacent values
-            src = koff[u] + (k0 + j) * ks
-            for d in range(dk):
-                o = kb + d * BK + j
-                for jj in range(8):
-                    kf[o + jj] = k[src + jj * ks + d]
-            j += 8
-        for jr in range(j, nk):
-            src = koff[u] + (k0 + jr) * ks
-            for d in range(dk):
-                kf[kb + d * BK + jr] = k[src + d]
+    u, t = w // nkt, w % nkt
+    k0 = t * BK
+    nk = max(0, min(BK, usk[u] - k0))
+    kb = w * dk * BK
+    j = 0
+    while j + 8 <= nk:  # 8 keys at a time, so each d writes 8 adjacent values
+        src = koff[u] + (k0 + j) * ks
         for d in range(dk):
-            for jr in range(nk, BK):
-                kf[kb + d * BK + jr] = 0
-        vb = (u * nkt * BK + k0) * dvp
-        for jr in range(nk):
-            src = voff[u] + (k0 + jr) * vs
-            dst = vb + jr * dvp
-            for d in range(dv):
-                vf[dst + d] = v[src + d]
-            for d in range(dv, dvp):
-                vf[dst + d] = 0
-        for x in range(vb + nk * dvp, vb + BK * dvp):
-            vf[x] = 0
+            o = kb + d * BK + j
+            for jj in range(8):
+                kf[U(o + jj)] = k[U(src + jj * ks + d)]
+        j += 8
+    for jr in range(j, nk):
+        src = koff[u] + (k0 + jr) * ks
+        for d in range(dk):
+            kf[U(kb + d * BK + jr)] = k[U(src + d)]
+    for d in range(dk):
+        for jr in range(nk, BK):
+            kf[U(kb + d * BK + jr)] = 0
+    vb = (u * nkt * BK + k0) * dvp
+    for jr in range(nk):
+        src = voff[u] + (k0 + jr) * vs
+        dst = vb + jr * dvp
+        for d in range(dv):
+            vf[U(dst + d)] = v[U(src + d)]
+        for d in range(dv, dvp):
+            vf[U(dst + d)] = 0
+    for x in range(vb + nk * dvp, vb + BK * dvp):
+        vf[U(x)] = 0
 
 
 @_jit()
@@ -196,14 +211,14 @@ def attention_tiles(q, k, v, kp, vp, mask, out, qoff, koff, voff, moff, unit, sq
                 mrun[r] = -np.inf
                 lrun[r] = 0
             for x in range(BQ * dvp):
-                acc[x] = 0
+                acc[U(x)] = 0
             # the query tile, scaled by 1/sqrt(d_k), packed row-major (rows past the item's: zeros)
             for r in range(nq):
                 qb = qoff[b] + (i0 + r) * qs
                 for d in range(dk):
-                    Qp[r * dk + d] = q[qb + d] * scale
+                    Qp[U(r * dk + d)] = q[U(qb + d)] * scale
             for x in range(nq * dk, BQ * dk):
-                Qp[x] = 0
+                Qp[U(x)] = 0
             kt_end = (sk[b] + BK - 1) // BK
             if causal:
                 kt_end = min(kt_end, (i0 + q_offset + nq - 1) // BK + 1)  # tiles past the diagonal: skipped
@@ -267,13 +282,13 @@ def attention_tiles(q, k, v, kp, vp, mask, out, qoff, koff, voff, moff, unit, sq
                     if masked:
                         mb = moff[b] + i * ms + k0
                         for j in range(nk):
-                            if mask[mb + j] == 0:
-                                S[sr + j] = MASKED
+                            if mask[U(mb + j)] == 0:
+                                S[U(sr + j)] = MASKED
                     if diag:
                         for j in range(max(0, i + q_offset - k0 + 1), nk):
-                            S[sr + j] = MASKED
+                            S[U(sr + j)] = MASKED
                     for j in range(nk, BK):
-                        S[sr + j] = -np.inf
+                        S[U(sr + j)] = -np.inf
                     mx = vload(S, sr)
                     for jv in range(W, BK, W):
                         mx = vmax(mx, vload(S, sr + jv))
@@ -342,7 +357,7 @@ def attention_tiles(q, k, v, kp, vp, mask, out, qoff, koff, voff, moff, unit, sq
                 else:
                     inv = lrun[r]
                     for d in range(dv):
-                        out[ob + d] = acc[r * dvp + d] / inv
+                        out[U(ob + d)] = acc[U(r * dvp + d)] / inv
 
 
 # ---- single-query (decode) attention: one query row against a long run of keys ----

@@ -38,25 +38,26 @@ def attention(q, k, v, mask, out, offsets, strides, Sq, Sk, d_k, d_v, causal, q_
     (packed sequences), or None (every item Sq x Sk)."""
     nthreads = _use_threads(num_threads)
     B = len(offsets)
+    # K and V are packed once per distinct (K, V) batch item (they are often broadcast)
+    kv, unit = _units(offsets[:, 1:3].tobytes())
+    units = len(kv[0])
     if items is None:
-        sq, sk = np.full(B, Sq, np.int64), np.full(B, Sk, np.int64)
-        ooff = np.arange(B, dtype=np.int64) * (Sq * d_v)
+        sq, sk, ooff, usk = _uniform(B, Sq, Sk, d_v, units)
         sched, starts = _schedule(B, Sq, Sk, bool(causal), int(q_offset), nthreads)
     else:
         sq, sk, ooff = (np.ascontiguousarray(items[:, i]) for i in range(3))
         sched, starts = _deal(_costs(sq, sk, bool(causal), int(q_offset)), nthreads)
+        usk = np.empty(units, np.int64)
+        usk[unit] = sk  # a unit's keys: those of the items that read it
     lanes2 = 2 * VBYTES // out.itemsize  # the P V micro-kernel works on two registers of d_v
     dvp = -(-d_v // lanes2) * lanes2
-    # K and V are packed once per distinct (K, V) batch item (they are often broadcast)
-    kv, unit = _units(offsets[:, 1:3].tobytes())
-    usk = np.empty(len(kv), np.int64)
-    usk[unit] = sk  # a unit's keys: those of the items that read it
     nkt = -(-Sk // _attention.BK)
-    kp = _workspace("kp", (len(kv), nkt, d_k, _attention.BK), out.dtype)
-    vp = _workspace("vp", (len(kv), nkt * _attention.BK, dvp), out.dtype)
+    kp = _workspace("kp", (units, nkt, d_k, _attention.BK), out.dtype)
+    vp = _workspace("vp", (units, nkt * _attention.BK, dvp), out.dtype)
     work = _workspace("work", (nthreads, _attention.scratch_layout(d_k, dvp, Sk)[-1]), out.dtype)
-    _attention.pack_kv(k, v, np.ascontiguousarray(kv[:, 0]), np.ascontiguousarray(kv[:, 1]),
-                       int(strides[1]), int(strides[2]), usk, d_k, d_v, dvp, kp, vp)
+    # with threads, the parallel pack also wakes them for the tiles that follow
+    pack = _attention.pack_kv if nthreads > 1 else _attention.pack_kv_serial
+    pack(k, v, kv[0], kv[1], int(strides[1]), int(strides[2]), usk, d_k, d_v, dvp, kp, vp)
     qoff, koff, voff, moff = (np.ascontiguousarray(offsets[:, i]) for i in range(4))
     qs, ks, vs, ms = (int(s) for s in strides)
     _attention.attention_tiles(q, k, v, kp, vp, mask, out, qoff, koff, voff, moff, unit, sq, sk, ooff, qs, ks,
@@ -126,13 +127,24 @@ def _workspace(name, shape, dtype):
 
 @functools.lru_cache(maxsize=64)
 def _units(kv_bytes):
-    """(distinct (K, V) offset pairs, the index of each batch item's pair): from the pairs' bytes,
-    so that repeated calls with the same batch layout cost a cache look-up."""
+    """((K offsets, V offsets) of the distinct (K, V) pairs, the index of each batch item's pair):
+    from the pairs' bytes, so that repeated calls with the same batch layout cost a cache look-up.
+    The arrays are shared between calls: the kernels only read them."""
     kv = np.frombuffer(kv_bytes, np.int64).reshape(-1, 2)
-    if len(kv) == 1:
-        return kv.copy(), np.zeros(1, np.int64)
-    kv, unit = np.unique(kv, axis=0, return_inverse=True)
-    return kv, unit.reshape(-1).astype(np.int64)
+    unit = np.zeros(1, np.int64)
+    if len(kv) > 1:
+        kv, unit = np.unique(kv, axis=0, return_inverse=True)
+    return _int64(kv[:, 0], kv[:, 1]), _int64(unit.reshape(-1))[0]
+
+
+@functools.lru_cache(maxsize=64)
+def _uniform(B, Sq, Sk, d_v, units):
+    """Per-item queries, keys and output offsets, and per-unit keys, for B items of Sq x Sk."""
+    return _int64(np.full(B, Sq), np.full(B, Sk), np.arange(B) * (Sq * d_v), np.full(units, Sk))
+
+
+def _int64(*arrays):
+    return tuple(np.ascontiguousarray(a, dtype=np.int64) for a in arrays)
 
 
 def _costs(sq, sk, causal, q_offset):
