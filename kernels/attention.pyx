@@ -53,7 +53,7 @@ def attention(const floating[::1] q, const floating[::1] k, const floating[::1] 
     a.items = NULL if items is None else &items[0, 0]
     # Few tiles: pick their count as a multiple of the threads, so each thread gets the same rows
     # (at most MAX_BQ a tile); many tiles: SA_BQ rows each, dynamic scheduling evens them out.
-    # Tile heights are rounded to 16 queries (whole register blocks) and to SA_MR.
+    # Tile heights are rounded to 16 queries (whole register blocks) and to SA_MR (AVX2 blocks).
     # (Positive operands only: cdivision makes // truncate like C.)
     cdef Py_ssize_t B = offsets.shape[0], w, b, t, per_item, ntasks
     a.bq, a.bk = SA_BQ, SA_BK

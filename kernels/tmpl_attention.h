@@ -4,7 +4,7 @@
  * bq rows, pre-scaled by log2(e)/sqrt(d_k) so exp becomes exp2) is packed once as Q^T, keys are
  * read straight from K (no per-tile transpose), and the online softmax over keys is vertical
  * vector work (running max m and sum l per query, no horizontal reductions). Key tiles of bk:
- * S^T = K Q^T from SA_MR-key x (2 vectors of queries) register blocks, then O += P V from SA_MR-query x
+ * S^T = K Q^T from SA_BR-key x (2 vectors of queries) register blocks, then O += P V from SA_BR-query x
  * (2 vectors of d_v) blocks. The Sq x Sk score matrix never exists: scratch is O((bq + d) * bk).
  *
  * Masked scores are replaced by -1e9 (the reference's rule). Tiles that are entirely masked, and
@@ -13,57 +13,49 @@
  * scores). Such rare rows are recomputed exactly over all keys by exact_row. */
 #include "tmpl_simd.h"
 #define SA_NR (2 * SA_VL)  /* columns per register block: queries of S^T, or d_v columns of O */
-_Static_assert(SA_MR == 6, "qk_block and pv_block are written out for SA_MR = 6 rows");
+/* Rows per register block: 2 SA_BR accumulators + 2 operands + 1 broadcast must fit the register
+ * file (16 vector registers on AVX2, 32 with AVX-512). */
+#if SA_VBYTES == 64
+#define SA_BR SA_MR_WIDE
+#else
+#define SA_BR SA_MR
+#endif
 
-/* st[j][0:NR] = sum_p k[j][p] * qt[p][0:NR] for the SA_MR keys j at k, k + ldk, ... */
-static inline void SA_FN(qk_block)(const SA_T *restrict k, int64_t ldk, int64_t dk, const SA_T *restrict qt,
+/* st[j][0:NR] = sum_p k[j][p] * qt[p][0:NR] for the SA_BR keys j at k, k + ldk, ... */
+static inline __attribute__((always_inline)) void SA_FN(qk_block)(const SA_T *restrict k, int64_t ldk, int64_t dk, const SA_T *restrict qt,
                                    int64_t ldq, SA_T *restrict st, int64_t lds) {
-    VEC c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0};
-    VEC c30 = {0}, c31 = {0}, c40 = {0}, c41 = {0}, c50 = {0}, c51 = {0};
+    VEC c0[SA_BR], c1[SA_BR];
+#pragma GCC unroll 16
+    for (int r = 0; r < SA_BR; r++) c0[r] = c1[r] = SA_FN(splat)(0);
     for (int64_t p = 0; p < dk; p++) {
-        VEC b0 = LOAD(qt + p * ldq), b1 = LOAD(qt + p * ldq + SA_VL);
-        SA_T a;
-        a = k[p];           c00 += a * b0; c01 += a * b1;
-        a = k[ldk + p];     c10 += a * b0; c11 += a * b1;
-        a = k[2 * ldk + p]; c20 += a * b0; c21 += a * b1;
-        a = k[3 * ldk + p]; c30 += a * b0; c31 += a * b1;
-        a = k[4 * ldk + p]; c40 += a * b0; c41 += a * b1;
-        a = k[5 * ldk + p]; c50 += a * b0; c51 += a * b1;
+        const VEC b0 = LOAD(qt + p * ldq), b1 = LOAD(qt + p * ldq + SA_VL);
+#pragma GCC unroll 16
+        for (int r = 0; r < SA_BR; r++) {
+            const SA_T a = k[r * ldk + p];
+            c0[r] += a * b0, c1[r] += a * b1;
+        }
     }
-    STORE(st, c00);           STORE(st + SA_VL, c01);
-    STORE(st + lds, c10);     STORE(st + lds + SA_VL, c11);
-    STORE(st + 2 * lds, c20); STORE(st + 2 * lds + SA_VL, c21);
-    STORE(st + 3 * lds, c30); STORE(st + 3 * lds + SA_VL, c31);
-    STORE(st + 4 * lds, c40); STORE(st + 4 * lds + SA_VL, c41);
-    STORE(st + 5 * lds, c50); STORE(st + 5 * lds + SA_VL, c51);
+#pragma GCC unroll 16
+    for (int r = 0; r < SA_BR; r++) STORE(st + r * lds, c0[r]), STORE(st + r * lds + SA_VL, c1[r]);
 }
 
-/* acc[r][0:NR] += sum_{j < nk} pt[j][r] * v[j][0:NR] for the SA_MR queries r */
-static inline void SA_FN(pv_block)(const SA_T *restrict pt, int64_t ldp, int64_t nk, const SA_T *restrict v,
+/* acc[r][0:NR] += sum_{j < nk} pt[j][r] * v[j][0:NR] for the SA_BR queries r */
+static inline __attribute__((always_inline)) void SA_FN(pv_block)(const SA_T *restrict pt, int64_t ldp, int64_t nk, const SA_T *restrict v,
                                    int64_t ldv, SA_T *restrict acc, int64_t lda) {
-    VEC c00 = LOAD(acc), c01 = LOAD(acc + SA_VL);
-    VEC c10 = LOAD(acc + lda), c11 = LOAD(acc + lda + SA_VL);
-    VEC c20 = LOAD(acc + 2 * lda), c21 = LOAD(acc + 2 * lda + SA_VL);
-    VEC c30 = LOAD(acc + 3 * lda), c31 = LOAD(acc + 3 * lda + SA_VL);
-    VEC c40 = LOAD(acc + 4 * lda), c41 = LOAD(acc + 4 * lda + SA_VL);
-    VEC c50 = LOAD(acc + 5 * lda), c51 = LOAD(acc + 5 * lda + SA_VL);
+    VEC c0[SA_BR], c1[SA_BR];
+#pragma GCC unroll 16
+    for (int r = 0; r < SA_BR; r++) c0[r] = LOAD(acc + r * lda), c1[r] = LOAD(acc + r * lda + SA_VL);
     for (int64_t j = 0; j < nk; j++) {
-        VEC b0 = LOAD(v + j * ldv), b1 = LOAD(v + j * ldv + SA_VL);
+        const VEC b0 = LOAD(v + j * ldv), b1 = LOAD(v + j * ldv + SA_VL);
         const SA_T *p = pt + j * ldp;
-        SA_T a;
-        a = p[0]; c00 += a * b0; c01 += a * b1;
-        a = p[1]; c10 += a * b0; c11 += a * b1;
-        a = p[2]; c20 += a * b0; c21 += a * b1;
-        a = p[3]; c30 += a * b0; c31 += a * b1;
-        a = p[4]; c40 += a * b0; c41 += a * b1;
-        a = p[5]; c50 += a * b0; c51 += a * b1;
+#pragma GCC unroll 16
+        for (int r = 0; r < SA_BR; r++) {
+            const SA_T a = p[r];
+            c0[r] += a * b0, c1[r] += a * b1;
+        }
     }
-    STORE(acc, c00);           STORE(acc + SA_VL, c01);
-    STORE(acc + lda, c10);     STORE(acc + lda + SA_VL, c11);
-    STORE(acc + 2 * lda, c20); STORE(acc + 2 * lda + SA_VL, c21);
-    STORE(acc + 3 * lda, c30); STORE(acc + 3 * lda + SA_VL, c31);
-    STORE(acc + 4 * lda, c40); STORE(acc + 4 * lda + SA_VL, c41);
-    STORE(acc + 5 * lda, c50); STORE(acc + 5 * lda + SA_VL, c51);
+#pragma GCC unroll 16
+    for (int r = 0; r < SA_BR; r++) STORE(acc + r * lda, c0[r]), STORE(acc + r * lda + SA_VL, c1[r]);
 }
 
 /* One query row straight from the definition, in the natural (not log2) domain: the rare rows
@@ -101,7 +93,7 @@ static void SA_FN(sa_attn_tile)(const sa_attn_args *a, int64_t b, int64_t q0, vo
     const int64_t Sq = sa_item_sq(a, b), Sk = sa_item_sk(a, b);
     const int64_t nq = a->bq < Sq - q0 ? a->bq : Sq - q0;
     const int64_t nqv = (nq + SA_NR - 1) / SA_NR * SA_NR;  /* query columns of S^T computed */
-    const int64_t nqr = (nq + SA_MR - 1) / SA_MR * SA_MR;  /* query rows of the P V blocks */
+    const int64_t nqr = (nq + SA_BR - 1) / SA_BR * SA_BR;  /* query rows of the P V blocks */
     const int64_t ldq = a->bq + SA_COL_PAD, dvp = (dv + SA_NR - 1) / SA_NR * SA_NR;
     const int64_t off = a->q_offset;                       /* query r of the tile sits at q0 + off + r */
     const SA_T *q = (const SA_T *)a->q + a->offsets[4 * b] + q0 * a->rs[0];
@@ -110,9 +102,9 @@ static void SA_FN(sa_attn_tile)(const sa_attn_args *a, int64_t b, int64_t q0, vo
     const uint8_t *mk = a->masked ? a->mask + a->offsets[4 * b + 3] + q0 * rs_m : NULL;
     SA_T *out = (SA_T *)a->out + sa_item_out(a, b) + q0 * dv;
     char *cur = (char *)scratch;
-    SA_T *qt = sa_carve(&cur, dk, ldq, sizeof(SA_T)), *st = sa_carve(&cur, bk + SA_MR, ldq, sizeof(SA_T));
-    SA_T *kpad = sa_carve(&cur, SA_MR, dk, sizeof(SA_T)), *vp = sa_carve(&cur, bk, dv + SA_COL_PAD, sizeof(SA_T));
-    SA_T *acc = sa_carve(&cur, a->bq + SA_MR, dv + SA_COL_PAD, sizeof(SA_T));
+    SA_T *qt = sa_carve(&cur, dk, ldq, sizeof(SA_T)), *st = sa_carve(&cur, bk + SA_MR_MAX, ldq, sizeof(SA_T));
+    SA_T *kpad = sa_carve(&cur, SA_MR_MAX, dk, sizeof(SA_T)), *vp = sa_carve(&cur, bk, dv + SA_COL_PAD, sizeof(SA_T));
+    SA_T *acc = sa_carve(&cur, a->bq + SA_MR_MAX, dv + SA_COL_PAD, sizeof(SA_T));
     SA_T *m = sa_carve(&cur, 3, ldq, sizeof(SA_T)), *l = m + ldq, *alpha = l + ldq;
     const SA_T masked_l2 = (SA_T)(SA_MASKED * SA_LOG2E);  /* the masked score in log2 units */
     const SA_T exact_below = (SA_T)((SA_MASKED + SA_EXACT_MARGIN) * SA_LOG2E);
@@ -122,7 +114,7 @@ static void SA_FN(sa_attn_tile)(const sa_attn_args *a, int64_t b, int64_t q0, vo
         for (int64_t r = 0; r < nqv; r++) qt[p * ldq + r] = r < nq ? q[r * a->rs[0] + p] * qscale : 0;
     for (int64_t r = 0; r < ldq; r++) { m[r] = -INFINITY; l[r] = 0; }
     memset(acc, 0, sizeof(SA_T) * nqr * dvp);
-    memset(st, 0, sizeof(SA_T) * (bk + SA_MR) * ldq);  /* padded queries stay finite */
+    memset(st, 0, sizeof(SA_T) * (bk + SA_MR_MAX) * ldq);  /* padded queries stay finite */
 
     /* causal: keys past the last row's diagonal are masked for every row of the tile */
     const int64_t kend = a->causal && q0 + off + nq < Sk ? q0 + off + nq : Sk;
@@ -140,13 +132,13 @@ static void SA_FN(sa_attn_tile)(const sa_attn_args *a, int64_t b, int64_t q0, vo
             if (!any) continue;
             partial |= !all;
         }
-        const int64_t nk6 = nk / SA_MR * SA_MR;
+        const int64_t nk6 = nk / SA_BR * SA_BR;
         if (nk6 < nk) {  /* the last keys, zero-padded to a whole register block */
-            memset(kpad, 0, sizeof(SA_T) * SA_MR * dk);
+            memset(kpad, 0, sizeof(SA_T) * SA_BR * dk);
             for (int64_t j = nk6; j < nk; j++) memcpy(kpad + (j - nk6) * dk, k + (k0 + j) * rs_k, sizeof(SA_T) * dk);
         }
         for (int64_t c0 = 0; c0 < nqv; c0 += SA_NR) {
-            for (int64_t j0 = 0; j0 < nk6; j0 += SA_MR)
+            for (int64_t j0 = 0; j0 < nk6; j0 += SA_BR)
                 SA_FN(qk_block)(k + (k0 + j0) * rs_k, rs_k, dk, qt + c0, ldq, st + j0 * ldq + c0, ldq);
             if (nk6 < nk) SA_FN(qk_block)(kpad, dk, dk, qt + c0, ldq, st + nk6 * ldq + c0, ldq);
         }
@@ -192,7 +184,7 @@ static void SA_FN(sa_attn_tile)(const sa_attn_args *a, int64_t b, int64_t q0, vo
             vs = vp, ldv = dvp;
         }
         for (int64_t c = 0; c < dvp; c += SA_NR)
-            for (int64_t r0 = 0; r0 < nqr; r0 += SA_MR)
+            for (int64_t r0 = 0; r0 < nqr; r0 += SA_BR)
                 SA_FN(pv_block)(st + r0, ldq, nk, vs + c, ldv, acc + r0 * dvp + c, dvp);
     }
 
@@ -334,3 +326,4 @@ static void SA_FN(sa_attn_decode_merge)(const sa_attn_args *a, int64_t b, int64_
     const SA_T inv = 1 / l;
     for (int64_t d = 0; d < dv; d++) out[d] *= inv;
 }
+#undef SA_BR
