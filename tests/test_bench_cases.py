@@ -54,3 +54,14 @@ def test_every_op_has_cases_names_and_the_reference():
     assert all(c in specs.all_cases(full=True) for c in specs.all_cases(full=False))
     for op in specs.OPS.values():
         assert "numpy" in op.rivals and set(op.rivals) <= set(specs.RIVALS), op.name
+
+
+def test_memory_is_measured_only_for_contenders_with_the_call(monkeypatch):
+    """`bench --full` measures one attention call's memory per contender: a rival with no attention
+    (sentence-transformers, onnxruntime) must be left out, not crash the run."""
+    import silkattn._bench as bench
+    asked = []
+    monkeypatch.setattr(bench, "_run_worker", lambda python, spec: asked.append(spec["contender"]) or
+                        {"memory_mib": 1.0})
+    mib = bench.memory(["cython", "numba", "numpy", "torch", "sentence-transformers", "onnxruntime"])
+    assert asked == ["cython", "numba", "numpy", "torch"] and set(mib) == set(asked)

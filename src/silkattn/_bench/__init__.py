@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 
-from .cases import RIVALS, TORCH_RIVALS, all_cases, case_gflop, case_name  # noqa: F401  (the CLI, bench/)
+from .cases import OPS, RIVALS, TORCH_RIVALS, all_cases, case_gflop, case_name  # noqa: F401  (the CLI, bench/)
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
 SILKATTN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -71,11 +71,13 @@ def run(cases, contenders, threads_list, rounds=3, pythons=None, progress=None, 
 
 
 def memory(contenders, pythons=None, case=MEMORY_CASE):
-    """{contender: extra MiB} for one attention call, each in its own fresh process."""
+    """{contender: extra MiB} for one attention call, each in its own fresh process; rivals with no
+    call for the case's op (sentence-transformers has no attention) are left out."""
     pythons = pythons or {}
+    rivals = OPS[case["op"]].rivals
     return {name: _run_worker(pythons.get(name, sys.executable),
                               dict(contender=name, threads=1, cases=[case], memory=True))["memory_mib"]
-            for name in contenders}
+            for name in contenders if name not in RIVALS or name in rivals}
 
 
 def _ms(t):
