@@ -65,3 +65,14 @@ def test_memory_is_measured_only_for_contenders_with_the_call(monkeypatch):
                         {"memory_mib": 1.0})
     mib = bench.memory(["cython", "numba", "numpy", "torch", "sentence-transformers", "onnxruntime"])
     assert asked == ["cython", "numba", "numpy", "torch"] and set(mib) == set(asked)
+
+
+def test_plot_leaves_out_contenders_without_attention(tmp_path):
+    pytest.importorskip("matplotlib")
+    import silkattn._bench as bench
+    cases = [dict(op="attention", S=S, heads=0, dk=64, causal=causal, dtype="float32")
+             for causal in (False, True) for S in (128, 512)]
+    times = [1e-3] * len(cases)
+    results = {2: {"cython": times, "sentence-transformers": [None] * len(cases), "sgemm": 100.0}}
+    bench.plot(cases, results, ["cython", "sentence-transformers"], tmp_path / "plot.png")
+    assert (tmp_path / "plot.png").stat().st_size > 0

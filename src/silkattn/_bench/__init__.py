@@ -233,6 +233,8 @@ def plot(cases, results, contenders, path):
                and c["causal"] == causal and c["dtype"] == "float32"]
         S = [cases[i]["S"] for i in idx]
         for name in contenders:
+            if any(results[threads][name][i] is None for i in idx):
+                continue  # no attention call (sentence-transformers, onnxruntime)
             rates = [case_gflop(cases[i]) / results[threads][name][i] for i in idx]
             ax.plot(S, rates, marker="o", label=name)
         if "sgemm" in results[threads]:
