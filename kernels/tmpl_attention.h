@@ -224,21 +224,8 @@ static void SA_FN(sa_attn_decode_part)(const sa_attn_args *a, int64_t b, int64_t
     for (int64_t k0 = j0; k0 < j1; k0 += SA_DEC_BLOCK) {
         const int64_t nb = SA_DEC_BLOCK < j1 - k0 ? SA_DEC_BLOCK : j1 - k0;
         int64_t j = 0;
-        for (; j + SA_VL <= nb; j += SA_VL) {  /* SA_VL keys at a time: SA_VL independent chains of FMAs */
-            const SA_T *kj = k + (k0 + j) * rs_k;
-            VEC c[SA_VL];
-#pragma GCC unroll 16
-            for (int u = 0; u < SA_VL; u++) c[u] = SA_FN(splat)(0);
-            for (int64_t d = 0; d < dkv; d += SA_VL) {
-                const VEC x = LOAD(qs + d);
-#pragma GCC unroll 16
-                for (int u = 0; u < SA_VL; u++) c[u] += x * LOAD(kj + u * rs_k + d);
-            }
-            VEC sums = SA_FN(lane_sums)(c);
-            for (int64_t d = dkv; d < dk; d++)
-                for (int u = 0; u < SA_VL; u++) sums[u] += qs[d] * kj[u * rs_k + d];
-            STORE(s + j, sums);
-        }
+        for (; j + SA_VL <= nb; j += SA_VL)  /* SA_VL keys at a time */
+            STORE(s + j, SA_FN(dots)(qs, k + (k0 + j) * rs_k, rs_k, dk));
         for (; j < nb; j++) {
             const SA_T *kr = k + (k0 + j) * rs_k;
             VEC c0 = SA_FN(splat)(0);

@@ -40,26 +40,9 @@ static void SA_FN(sa_linear_rows)(const SA_T *x, int64_t ldx, int64_t m, const S
  * outputs at a time, their dot products summed by one transpose (lane_sums). */
 static void SA_FN(sa_linear_dots)(const SA_T *x, int64_t ldx, int64_t m, const SA_T *w, int64_t k, int64_t j0,
                                   int64_t j1, SA_T *y, int64_t ldy) {
-    const int64_t kv = k - k % SA_VL;
     int64_t j = j0;
-    for (; j + SA_VL <= j1; j += SA_VL) {
-        const SA_T *wj = w + j * k;
-        for (int64_t r = 0; r < m; r++) {
-            const SA_T *xr = x + r * ldx;
-            VEC c[SA_VL];
-#pragma GCC unroll 16
-            for (int u = 0; u < SA_VL; u++) c[u] = SA_FN(splat)(0);
-            for (int64_t d = 0; d < kv; d += SA_VL) {
-                const VEC xv = LOAD(xr + d);
-#pragma GCC unroll 16
-                for (int u = 0; u < SA_VL; u++) c[u] += xv * LOAD(wj + u * k + d);
-            }
-            VEC sums = SA_FN(lane_sums)(c);
-            for (int64_t d = kv; d < k; d++)
-                for (int u = 0; u < SA_VL; u++) sums[u] += xr[d] * wj[u * k + d];
-            STORE(y + r * ldy + j, sums);
-        }
-    }
+    for (; j + SA_VL <= j1; j += SA_VL)
+        for (int64_t r = 0; r < m; r++) STORE(y + r * ldy + j, SA_FN(dots)(x + r * ldx, w + j * k, k, k));
     for (; j < j1; j++)
         for (int64_t r = 0; r < m; r++) {
             SA_T s = 0;

@@ -76,6 +76,24 @@ static inline VEC SA_FN(lane_sums)(const VEC *v) {
 #undef SA_PS
 }
 
+/* r[u] = x[0:n] . w[u ld : u ld + n] for the SA_VL rows u of w: SA_VL independent chains of FMAs, their
+ * sums taken by one transpose (lane_sums) instead of a horizontal sum per row. */
+static inline __attribute__((always_inline)) VEC SA_FN(dots)(const SA_T *x, const SA_T *w, int64_t ld, int64_t n) {
+    const int64_t nv = n - n % SA_VL;
+    VEC c[SA_VL];
+#pragma GCC unroll 16
+    for (int u = 0; u < SA_VL; u++) c[u] = SA_FN(splat)(0);
+    for (int64_t d = 0; d < nv; d += SA_VL) {
+        const VEC xv = LOAD(x + d);
+#pragma GCC unroll 16
+        for (int u = 0; u < SA_VL; u++) c[u] += xv * LOAD(w + u * ld + d);
+    }
+    VEC sums = SA_FN(lane_sums)(c);
+    for (int64_t d = nv; d < n; d++)
+        for (int u = 0; u < SA_VL; u++) sums[u] += x[d] * w[u * ld + d];
+    return sums;
+}
+
 static inline SA_T SA_FN(hmax)(VEC x) {
     SA_T s = x[0];
     for (int i = 1; i < SA_VL; i++) s = x[i] > s ? x[i] : s;
