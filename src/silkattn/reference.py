@@ -15,6 +15,13 @@ place where silkattn's semantics are defined:
   so NumPy 2 never upcasts a float32 computation to float64).
 * causal_mask(n, m, offset): query i sits at position offset + i and feels keys
   0..offset + i (a KV cache: offset = m - n puts n new queries after the cache).
+* attention's keywords (the models since 2019), in this order of operations:
+  s = scale * Q K^T (scale defaults to 1/sqrt(d_k)); s = softcap * tanh(s / softcap);
+  s += bias (an array broadcast to (..., Hq, Sq, Sk)) and s -= slope_h * |p_i - j| (alibi_slopes);
+  then every hiding rule (mask False, causal j > p_i, window j < p_i - left or j > p_i + right)
+  *replaces* s by -1e9; softmax over the keys; times V. Query i sits at position p_i = q_offset + i.
+  Grouped-query attention: K and V may have Hkv heads (axis -3) for Q's Hq, Hq % Hkv == 0, and
+  query head h reads K/V head h // (Hq // Hkv). Every constant is cast to the scores' dtype.
 * Bad arguments of the model-level functions raise ValueError/TypeError naming them
   (silkattn._checks, shared with the fast models).
 """
@@ -33,25 +40,65 @@ def softmax(x):
     return e / e.sum(-1, keepdims=True)
 
 
-def attention(Q, K, V, mask=None):  # Q: (..., Sq, d_k)  K: (..., Sk, d_k)  V: (..., Sk, d_v)
-    """softmax(where(mask, Q K^T / sqrt(d_k), -1e9)) V  ->  (..., Sq, d_v)."""
-    scale = np.sqrt(np.asarray(Q.shape[-1], dtype=np.result_type(Q.dtype, K.dtype, np.float32)))
-    scores = Q @ np.swapaxes(K, -1, -2) / scale  # (..., Sq, Sk): how hard each thread pulls
-    if mask is not None:
-        scores = np.where(mask, scores, MASKED)  # replaced, so a fully masked row is uniform
+def attention(Q, K, V, mask=None, *, scale=None, softcap=None, bias=None, alibi_slopes=None, causal=False,
+              window=None, q_offset=0):  # Q: (..., Hq, Sq, d_k)  K, V: (..., Hkv, Sk, d_k or d_v)
+    """softmax(hide(softcap(scale Q K^T) + bias + alibi)) V  ->  (..., Hq, Sq, d_v): see the module doc."""
+    K, V = kv_heads(Q, K), kv_heads(Q, V)
+    dt = np.result_type(Q.dtype, K.dtype, np.float32)
+    scores = Q @ np.swapaxes(K, -1, -2)  # (..., Sq, Sk): how hard each thread pulls
+    scores = scores / np.sqrt(dt.type(Q.shape[-1])) if scale is None else scores * dt.type(scale)
+    if softcap is not None:
+        scores = dt.type(softcap) * np.tanh(scores / dt.type(softcap))
+    if bias is not None:
+        scores = scores + np.asarray(bias).astype(dt, copy=False)
+    if alibi_slopes is not None:
+        scores = scores + alibi(alibi_slopes, *scores.shape[-2:], q_offset, dt)
+    shown = visible(*scores.shape[-2:], q_offset, causal, window)
+    shown = shown if mask is None else np.logical_and(mask, shown)
+    scores = np.where(shown, scores, MASKED)  # replaced, so a fully hidden row is uniform: mean(V)
     return softmax(scores) @ V  # each row of weights sums to 1
 
 
-def attention_varlen(Q, K, V, cu_seqlens, causal=False):  # (..., total, d): sequences end to end
+def kv_heads(Q, K):  # K: (..., Hkv, Sk, d) -> (..., Hq, Sk, d) for grouped-query attention
+    """K with each of its Hkv heads repeated Hq // Hkv times (query head h reads K head h // g)."""
+    if Q.ndim < 3 or K.ndim < 3 or K.shape[-3] in (1, Q.shape[-3]):
+        return K  # as many heads, or one broadcast over them (multi-query): plain broadcasting
+    return np.repeat(K, Q.shape[-3] // K.shape[-3], axis=-3)
+
+
+def visible(Sq, Sk, q_offset=0, causal=False, window=None):  # -> (Sq, Sk) bool
+    """Which key j query i (at position p = q_offset + i) may see: j <= p if causal; with
+    window = (left, right), p - left <= j <= p + right (None or -1: that side unbounded)."""
+    p, j = q_offset + np.arange(Sq)[:, None], np.arange(Sk)[None, :]
+    left, right = (-1, -1) if window is None else (-1 if w is None else w for w in window)
+    shown = np.ones((Sq, Sk), bool) if not causal else j <= p
+    return shown & ((j >= p - left) | (left < 0)) & ((j <= p + right) | (right < 0))
+
+
+def alibi(slopes, Sq, Sk, q_offset=0, dtype=np.float64):  # slopes: (Hq,) -> (Hq, Sq, Sk)
+    """ALiBi's bias -slope_h * |p_i - j|: a penalty growing with the distance to the key."""
+    distance = np.abs(q_offset + np.arange(Sq)[:, None] - np.arange(Sk)[None, :]).astype(dtype)
+    return -np.asarray(slopes, dtype)[:, None, None] * distance
+
+
+def attention_varlen(Q, K, V, cu_seqlens, causal=False, *, cu_seqlens_k=None, **keywords):
     """attention over each packed sequence's own rows: rows cu_seqlens[i] .. cu_seqlens[i + 1] of
-    Q attend to the same rows of K and V only (causal: within the sequence, from its first row)."""
-    lead = np.broadcast_shapes(Q.shape[:-2], K.shape[:-2], V.shape[:-2])
+    Q attend to rows cu_seqlens_k[i] .. cu_seqlens_k[i + 1] of K and V (the same rows by default).
+    A sequence's queries are its last keys: query r sits at position r + (keys - queries) (a
+    prefill after a cache), the position causal, window and alibi_slopes see. keywords:
+    attention's scale, softcap, bias (..., Hq, total_q, total_k), alibi_slopes, window."""
+    cu_k = cu_seqlens if cu_seqlens_k is None else cu_seqlens_k
+    bias = keywords.get("bias")
+    if bias is not None:  # (..., total_q, total_k), so each sequence can take its block
+        bias = np.broadcast_to(bias, np.shape(bias)[:-2] + (Q.shape[-2], K.shape[-2]))
+    lead = np.broadcast_shapes(Q.shape[:-2], kv_heads(Q, K).shape[:-2], kv_heads(Q, V).shape[:-2])
     out = np.zeros(lead + (Q.shape[-2], V.shape[-1]), np.result_type(Q, K, V))
-    for s, e in zip(cu_seqlens[:-1], cu_seqlens[1:]):
-        if e == s:  # an empty sequence: no rows
+    for s, e, sk, ek in zip(cu_seqlens[:-1], cu_seqlens[1:], cu_k[:-1], cu_k[1:]):
+        if e == s:  # a sequence with no queries: no rows
             continue
-        rows = (..., slice(s, e), slice(None))
-        out[rows] = attention(Q[rows], K[rows], V[rows], causal_mask(e - s) if causal else None)
+        q, kv = (..., slice(s, e), slice(None)), (..., slice(sk, ek), slice(None))
+        kw = dict(keywords, bias=None if bias is None else bias[..., s:e, sk:ek])
+        out[q] = attention(Q[q], K[kv], V[kv], causal=causal, q_offset=(ek - sk) - (e - s), **kw)
     return out
 
 
