@@ -8,16 +8,15 @@ result array they may write. The kernel contract (the same for every backend):
 
     softmax(x, out, num_threads)                         x, out: (rows, n) C-contiguous
     layer_norm(x, g, b, eps, out, num_threads)           x, out: (rows, n); g, b: (n,)
-    attention(q, k, v, mask, out, offsets, strides, Sq, Sk, d_k, d_v, causal, q_offset, masked,
-              num_threads)
-    attention_decode(the same arguments)             for Sq == 1 (chosen by shape, see attention())
-        attention (not attention_decode) also takes items: int64 (B, 3), each item's own Sq, Sk and
-        output offset (packed sequences of different lengths: attention_varlen); Sq, Sk: the most
-        q, k, v: 1-D views over each operand's memory (one dtype); out: 1-D (B * Sq * d_v) C order;
-        mask: 1-D uint8 (0 = masked; ignored unless masked); offsets: int64 (B, 4), the element
-        offset of batch item b's first row in q, k, v, mask; strides: int64 (4,), the element step
-        between rows of q, k, v and mask (0: one mask row broadcast over the queries); causal:
-        query i sits at position q_offset + i and sees keys j <= q_offset + i.
+    attention(plan, num_threads)                         plan: silkattn._plan.Plan, built here once
+        for the call (attention and attention_varlen alike): each operand as a flat view with its
+        row stride, the items (batch item x query head, or packed sequence: offsets, query rows,
+        keys, position of query 0, K/V unit, ALiBi slope), the scores' scale, softcap and the
+        visible window (causal folded in), and the work: "tiles" tasks (item, first query, rows)
+        in the order to run, or for a few rows per K/V unit the "rows" groups and the key chunks
+        the threads share. Kernels decide no layout and no order: silkattn._plan's docstring is
+        the contract, and the kernel's own tile geometry (Kernels.attention_tiles) is the only
+        thing the plan asks of it.
     linear(x, w, b, out, transposed, has_bias, num_threads)
                                                          out = x w (+ b), x: (m, k) with m <= LINEAR_ROWS,
                                                          w: (k, n), or (n, k) if transposed (out = x w^T)
@@ -25,16 +24,18 @@ result array they may write. The kernel contract (the same for every backend):
     bias_gelu(h, b, num_threads)                         the same, h = gelu(h + b)
     add_layer_norm(x, r, g, b, eps, s, out, num_threads) s = x + r, out = layer_norm(s); all (rows, n)
 
-Attention kernels skip keys (causal tiles, fully masked tiles) that the reference weighs
-exp(-1e9 - max): exactly 0 unless the row's max is near -1e9, and such rows are recomputed exactly
-(the margin is named once per backend: kernels/attention.h, silkattn/numba/attention.py).
+Attention kernels skip keys (tiles outside every row's window, fully masked tiles) that the
+reference weighs exp(-1e9 - max): exactly 0 unless the row's max is near -1e9, and such rows are
+recomputed exactly (the margin is named once per backend: kernels/attention.h, silkattn/numba/attention.py).
 """
 import math
+import numbers
 import operator
-from typing import NamedTuple
 
 import numpy as np
 
+from . import _plan as _plan_mod
+from . import _threads
 from . import reference as ref
 from ._threads import ATTENTION_WORK, DECODE_WORK, ELEMENTWISE_WORK, LINEAR_WORK, ROW_WORK, threads_for
 
@@ -219,8 +220,123 @@ def bias_gelu(kernels, x, b, *, out=None):
 
 # ---------------------------------------------------------------- attention
 
-def prepare_attention(Q, K, V, mask, out):
-    """Checked (Q, K, V in one dtype, mask as bool or None, lead dims, out)."""
+def _positive(x, name):
+    """x as a positive finite float, or None."""
+    if x is None:
+        return None
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
+        raise TypeError(f"{name} must be a positive number or None, got {type(x).__name__}")
+    if not (math.isfinite(x) and x > 0):
+        raise ValueError(f"{name} must be a positive finite number, got {x}")
+    return float(x)
+
+
+def check_window(window):
+    """window as (left, right) ints >= -1 (-1: that side unbounded; None on a side reads as -1), or None."""
+    if window is None:
+        return None
+    how = f"window must be a pair (left, right) of ints >= -1 or None, got {window!r}"
+    if isinstance(window, (str, bytes)) or not hasattr(window, "__len__") or len(window) != 2:
+        raise TypeError(how)
+    sides = []
+    for side in window:
+        if side is None:
+            side = -1
+        if isinstance(side, (bool, np.bool_)):
+            raise TypeError(how)
+        try:
+            side = operator.index(side)
+        except TypeError:
+            raise TypeError(how) from None
+        if side < -1:
+            raise ValueError(how)
+        sides.append(side)
+    return tuple(sides)
+
+
+def check_q_offset(q_offset, positioned):
+    """q_offset as a non-negative int; it places the queries for causal, window and alibi_slopes."""
+    try:
+        q_offset = operator.index(q_offset)
+    except TypeError:
+        raise TypeError(f"q_offset must be an int, got {type(q_offset).__name__}") from None
+    if q_offset < 0:
+        raise ValueError(f"q_offset must be >= 0 (the position of the first query), got {q_offset}")
+    if q_offset and not positioned:
+        raise ValueError("q_offset places the queries for the causal rule, window and alibi_slopes: "
+                         "pass causal=True (or a window, or alibi_slopes) with it")
+    return q_offset
+
+
+def check_alibi(slopes, Q):
+    """alibi_slopes as float64 (Hq,), Hq being Q's head axis (-3)."""
+    if slopes is None:
+        return None
+    s = np.asarray(slopes)
+    if s.dtype.kind not in "fiu":
+        raise TypeError(f"alibi_slopes must be real numbers, got dtype {s.dtype}")
+    if Q.ndim < 3:
+        raise ValueError(f"alibi_slopes needs Q's head axis: Q of shape (..., Hq, Sq, d_k), got {Q.shape}")
+    if s.shape != (Q.shape[-3],):
+        raise ValueError(f"alibi_slopes must have shape ({Q.shape[-3]},), one slope per query head, "
+                         f"got {s.shape}")
+    s = s.astype(np.float64)
+    if not np.isfinite(s).all():
+        raise ValueError("alibi_slopes must be finite")
+    return s
+
+
+def _group_heads(Q, K, V):
+    """(Q, K, V, g): with fewer K/V heads than Q's (grouped-query attention, axis -3), Q's head
+    axis viewed as (Hkv, g) and K, V given a group axis of 1, so that plain broadcasting pairs query
+    head h with K/V head h // g without a copy; g = 1 when the heads match or broadcast."""
+    if Q.ndim < 3 or K.ndim < 3 or V.ndim < 3:
+        return Q, K, V, 1
+    Hq, Hk, Hv = Q.shape[-3], K.shape[-3], V.shape[-3]
+    if Hk in (1, Hq) and Hv in (1, Hq):
+        return Q, K, V, 1
+    if Hk != Hv:
+        raise ValueError(f"K and V must have as many heads (axis -3) as each other for grouped-query "
+                         f"attention, got {Hk} and {Hv}")
+    if Hk == 0 or Hq % Hk:
+        raise ValueError(f"the leading (batch) dims of Q {Q.shape}, K {K.shape} and V {V.shape} do not "
+                         f"broadcast, and Q's {Hq} heads (axis -3) are not a multiple of K and V's {Hk} "
+                         "(grouped-query attention: query head h reads K/V head h // (Hq / Hkv))")
+    g = Hq // Hk
+    return Q.reshape(Q.shape[:-3] + (Hk, g) + Q.shape[-2:]), K[..., None, :, :], V[..., None, :, :], g
+
+
+def _split_heads(a, name, Hq, g):
+    """A mask or bias broadcast to (..., Hq, Sq, Sk), seen as (..., Hq / g, g, Sq, Sk) for grouped heads."""
+    if g == 1 or a.ndim < 3:
+        return a
+    if a.shape[-3] == Hq:
+        return a.reshape(a.shape[:-3] + (Hq // g, g) + a.shape[-2:])
+    if a.shape[-3] != 1:
+        raise ValueError(f"{name} of shape {a.shape} does not broadcast to the query heads "
+                         f"(..., {Hq}, Sq, Sk)")
+    return a[..., None, :, :]
+
+
+def _two_dims(a):
+    """a with leading axes of 1 up to 2 dimensions (a mask or bias given as a key vector)."""
+    return a.reshape((1,) * (2 - a.ndim) + a.shape) if a.ndim < 2 else a
+
+
+def _broadcast_operand(a, name, lead, Sq, Sk):
+    """The leading dims of a mask or bias broadcast with `lead`; a ValueError naming it if not."""
+    try:
+        lead = np.broadcast_shapes(lead, a.shape[:-2])
+        np.broadcast_shapes(a.shape[-2:], (Sq, Sk))
+    except ValueError:
+        raise ValueError(f"{name} of shape {a.shape} does not broadcast to {lead + (Sq, Sk)}") from None
+    return lead
+
+
+def prepare_attention(Q, K, V, mask, out, bias=None):
+    """Checked (Q, K, V in one dtype, mask as bool or None, bias in that dtype or None, lead dims,
+    out, g): Q, K, V, mask and bias come back with grouped-query heads split (see _group_heads),
+    lead is their common leading shape, out has the caller's (..., Hq, Sq, d_v) shape."""
     Q, K, V = as_float_array(Q, "Q"), as_float_array(K, "K"), as_float_array(V, "V")
     for name, a in (("Q", Q), ("K", K), ("V", V)):
         if a.ndim < 2:
@@ -230,6 +346,8 @@ def prepare_attention(Q, K, V, mask, out):
         raise ValueError(f"Q and K must share d_k (their last axis), got {dk} and {dk2}")
     if Sk != Sv:
         raise ValueError(f"K and V must have the same number of keys, got {Sk} and {Sv}")
+    Hq = Q.shape[-3] if Q.ndim >= 3 else 1
+    Q, K, V, g = _group_heads(Q, K, V)
     try:
         lead = Q.shape[:-2] if Q.shape[:-2] == K.shape[:-2] == V.shape[:-2] else np.broadcast_shapes(
             Q.shape[:-2], K.shape[:-2], V.shape[:-2])
@@ -240,52 +358,26 @@ def prepare_attention(Q, K, V, mask, out):
         m = np.asarray(mask)
         if m.dtype.kind not in "biuf":
             raise TypeError(f"mask must be boolean (or 0/1 numbers), got dtype {m.dtype}")
-        try:
-            lead = np.broadcast_shapes(lead, m.shape[:-2])
-            np.broadcast_shapes(m.shape[-2:], (Sq, Sk))
-        except ValueError:
-            raise ValueError(f"mask of shape {m.shape} does not broadcast to {lead + (Sq, Sk)}") from None
-        mask = m if m.dtype == bool else m != 0  # 0/1 numbers read as np.where reads them
+        mask = _split_heads(m if m.dtype == bool else m != 0, "mask", Hq, g)  # 0/1 read as np.where does
+        lead = _broadcast_operand(_two_dims(mask), "mask", lead, Sq, Sk)
     if Sk == 0 and Sq:
         raise ValueError("K and V have no keys (Sk = 0): a softmax over no keys is undefined")
     if dk == 0:
         raise ValueError("Q and K have d_k = 0: the scale 1/sqrt(d_k) is undefined")
     dtype = np.result_type(Q, K, V)
+    if bias is not None:
+        bias = np.asarray(bias)
+        if bias.dtype not in FLOATS and bias.dtype.kind not in "iu":
+            raise TypeError(f"bias must be a float array (added to the scores), got dtype {bias.dtype}")
+        bias = _split_heads(bias.astype(dtype, copy=False), "bias", Hq, g)
+        lead = _broadcast_operand(_two_dims(bias), "bias", lead, Sq, Sk)
     Q, K, V = (a.astype(dtype, copy=False) for a in (Q, K, V))
-    return Q, K, V, mask, lead, check_out(out, lead + (Sq, dv), dtype, [Q, K, V])
-
-
-def check_q_offset(q_offset, causal):
-    """q_offset as a non-negative int; it places the queries for the causal rule, so it needs causal."""
-    try:
-        q_offset = operator.index(q_offset)
-    except TypeError:
-        raise TypeError(f"q_offset must be an int, got {type(q_offset).__name__}") from None
-    if q_offset < 0:
-        raise ValueError(f"q_offset must be >= 0 (the position of the first query), got {q_offset}")
-    if q_offset and not causal:
-        raise ValueError("q_offset places the queries for the causal rule: pass causal=True with it")
-    return q_offset
-
-
-class Operands(NamedTuple):
-    """One attention call laid out for a kernel (see the contract above); out is the result array."""
-    q: np.ndarray
-    k: np.ndarray
-    v: np.ndarray
-    mask: np.ndarray
-    out: np.ndarray
-    offsets: np.ndarray
-    strides: np.ndarray
-    Sq: int
-    Sk: int
-    dk: int
-    dv: int
-    masked: bool
+    out_lead = lead[:-2] + (lead[-2] * lead[-1],) if g > 1 else lead  # (..., Hkv, g) -> (..., Hq)
+    return Q, K, V, mask, bias, lead, check_out(out, out_lead + (Sq, dv), dtype, [Q, K, V]), g
 
 
 _NO_MASK = np.ones(1, np.uint8)
-_ZERO_OFFSETS = np.zeros((1, 4), np.int64)
+_NO_BIAS_ROWS = {dtype: np.zeros(1, dtype) for dtype in FLOATS}
 
 
 def _flat_rows(a, lead):
@@ -317,6 +409,62 @@ def _flat_rows(a, lead):
     return flat, np.broadcast_to(offsets, lead).reshape(-1), steps[-2]
 
 
+def _key_rows(a, Sk, lead):
+    """_flat_rows of a mask or bias broadcast to Sk keys (a key-broadcast one copied: kernels read
+    keys one by one)."""
+    a = _two_dims(a)
+    return _flat_rows(np.broadcast_to(a, a.shape[:-1] + (Sk,)), lead)
+
+
+def _units(K, V, lead):
+    """(the K/V unit of each item, the number of units): items whose K and V are the same rows
+    (broadcast K/V, the query heads of a group) share a unit."""
+    ids = [np.broadcast_to(np.arange(math.prod(a.shape[:-2]), dtype=np.int64).reshape(a.shape[:-2]),
+                           lead).ravel() for a in (K, V)]
+    key = ids[0] * (ids[1].max(initial=0) + 1) + ids[1]
+    if len(key) <= 1:
+        return np.zeros(len(key), np.int64), len(key)
+    uniq, unit = np.unique(key, return_inverse=True)
+    return unit.reshape(-1), len(uniq)
+
+
+def _layout(Q, K, V, mask, bias, lead, q_offset, slopes):
+    """(operand parts: (flat, offsets, row stride) each, ITEMs, number of units) of one attention
+    call over checked operands."""
+    Sq, (Sk, dv) = Q.shape[-2], V.shape[-2:]
+    parts = [_flat_rows(a, lead) for a in (Q, K, V)]
+    parts.append(_key_rows(mask.view(np.uint8), Sk, lead) if mask is not None else (_NO_MASK, None, 0))
+    parts.append(_key_rows(bias, Sk, lead) if bias is not None else (_NO_BIAS_ROWS[Q.dtype], None, 0))
+    B = len(parts[0][1])
+    items = np.zeros(B, _plan_mod.ITEM)
+    for name, p in zip(("q", "k", "v", "mask", "bias"), parts):
+        if p[1] is not None:
+            items[name] = p[1]
+    items["out"] = np.arange(B, dtype=np.int64) * (Sq * dv)
+    items["sq"], items["sk"], items["pos"] = Sq, Sk, q_offset
+    items["unit"], nunits = _units(K, V, lead)
+    if slopes is not None:  # items run over (..., Hq): head h is item % Hq
+        items["slope"] = np.tile(slopes, B // len(slopes))
+    return parts, items, nunits
+
+
+def _finish(kernels, parts, items, nunits, out, dk, dv, scale, softcap, causal, window, has_alibi):
+    """(plan, threads) from the operands and items: units, window and the work (silkattn._plan)."""
+    units = np.zeros(nunits, _plan_mod.UNIT)
+    units["k"][items["unit"]], units["v"][items["unit"]], units["sk"][items["unit"]] = (
+        items["k"], items["v"], items["sk"])
+    left, right = _plan_mod.window_bounds(window, causal)
+    plan = _plan_mod.Plan(
+        q=parts[0][0], k=parts[1][0], v=parts[2][0], mask=parts[3][0], bias=parts[4][0], out=out.reshape(-1),
+        rs_q=parts[0][2], rs_k=parts[1][2], rs_v=parts[2][2], rs_mask=parts[3][2], rs_bias=parts[4][2],
+        dk=dk, dv=dv, sq_max=int(items["sq"].max(initial=0)), sk_max=int(items["sk"].max(initial=0)),
+        scale=1 / math.sqrt(dk) if scale is None else scale, softcap=softcap or 0.0, left=left, right=right,
+        has_mask=parts[3][1] is not None, has_bias=parts[4][1] is not None, has_alibi=has_alibi,
+        items=items, units=units)
+    nthreads = threads_for(plan.work, DECODE_WORK if _plan_mod.takes_rows(plan) else ATTENTION_WORK)
+    return _plan_mod.schedule(plan, kernels.attention_tiles, nthreads), nthreads
+
+
 def _plain(Q, K, V):
     """True for the everyday call: same-dtype C-contiguous float arrays, equal lead dims, no empty
     axis. Such a call is checked by these few comparisons instead of the general path, whose
@@ -328,93 +476,130 @@ def _plain(Q, K, V):
             and Q.flags.c_contiguous and K.flags.c_contiguous and V.flags.c_contiguous)
 
 
-def attention_operands(Q, K, V, mask=None, out=None):
-    """The kernel's view of one attention call, after the checks: the one place operands are laid out."""
-    if mask is None and out is None and _plain(Q, K, V):
-        lead, (Sq, dk), (Sk, dv) = Q.shape[:-2], Q.shape[-2:], V.shape[-2:]
-        out = np.empty(lead + (Sq, dv), Q.dtype)
-        B = out.size // (Sq * dv)
-        offsets = _ZERO_OFFSETS if B == 1 else np.arange(B, dtype=np.int64)[:, None] * np.array(
-            [Sq * dk, Sk * dk, Sk * dv, 0], np.int64)
-        return Operands(Q.reshape(-1), K.reshape(-1), V.reshape(-1), _NO_MASK, out, offsets,
-                        np.array([dk, dk, dv, 0], np.int64), Sq, Sk, dk, dv, False)
-    Q, K, V, mask, lead, out = prepare_attention(Q, K, V, mask, out)
-    (Sq, dk), (Sk, dv), masked = Q.shape[-2:], V.shape[-2:], mask is not None
-    parts = [_flat_rows(a, lead) for a in (Q, K, V)]
-    if masked:
-        m = mask.reshape((1,) * (2 - mask.ndim) + mask.shape) if mask.ndim < 2 else mask
-        m = np.broadcast_to(m, m.shape[:-1] + (Sk,)).view(np.uint8)  # the kernels read keys one by one
-        parts.append(_flat_rows(m, lead))
-    else:
-        parts.append((_NO_MASK, np.zeros(len(parts[0][1]), np.int64), 0))
-    offsets = np.empty((len(parts[0][1]), 4), np.int64)
-    for i, p in enumerate(parts):
-        offsets[:, i] = p[1]
-    strides = np.array([p[2] for p in parts], np.int64)
-    return Operands(*(p[0] for p in parts), out, offsets, strides, Sq, Sk, dk, dv, masked)
-
-
-def attention(kernels, Q, K, V, mask=None, *, causal=False, q_offset=0, out=None):
-    causal = bool(causal)
-    q_offset = check_q_offset(q_offset, causal)
-    if kernels.attention is None:
-        Q, K, V, mask, _, out = prepare_attention(Q, K, V, mask, out)
-        if causal:
-            tri = ref.causal_mask(Q.shape[-2], K.shape[-2], q_offset)
-            mask = tri if mask is None else np.logical_and(mask, tri)
-        if out.size:
-            np.copyto(out, ref.attention(Q, K, V, mask))
+def attention(kernels, Q, K, V, mask=None, *, scale=None, softcap=None, bias=None, alibi_slopes=None,
+              causal=False, window=None, q_offset=0, out=None):
+    causal, window = bool(causal), check_window(window)
+    scale, softcap = _positive(scale, "scale"), _positive(softcap, "softcap")
+    q_offset = check_q_offset(q_offset, causal or window is not None or alibi_slopes is not None)
+    if kernels.attention is not None and mask is None and bias is None and alibi_slopes is None \
+            and out is None and _plain(Q, K, V):
+        key = (id(kernels), Q.shape, Q.dtype.char, K.shape[-2], V.shape[-1], scale, softcap, causal, window,
+               q_offset, _threads._num_threads)
+        cached = _PLAIN_PLANS.get(key)
+        if cached is None:
+            if len(_PLAIN_PLANS) >= 256:
+                _PLAIN_PLANS.clear()
+            cached = _PLAIN_PLANS[key] = _plain_layout(kernels, Q.shape[:-2], *Q.shape[-2:], *V.shape[-2:],
+                                                       Q.dtype, scale, softcap, causal, window, q_offset)
+        out = np.empty(Q.shape[:-1] + V.shape[-1:], Q.dtype)
+        plan, nthreads = cached
+        kernels.attention(plan.bind(Q.reshape(-1), K.reshape(-1), V.reshape(-1), out.reshape(-1)), nthreads)
         return out
-    a = attention_operands(Q, K, V, mask, out)
-    if a.out.size:
-        work = len(a.offsets) * a.Sq * a.Sk * (a.dk + a.dv)
-        kernel, per_thread = kernels.attention, ATTENTION_WORK
-        if a.Sq == 1 and kernels.attention_decode is not None:  # one query row: the decode path
-            kernel, per_thread = kernels.attention_decode, DECODE_WORK
-        kernel(a.q, a.k, a.v, a.mask, a.out.reshape(-1), a.offsets, a.strides, a.Sq, a.Sk, a.dk, a.dv, causal,
-               q_offset, a.masked, threads_for(work, per_thread))
-    return a.out
-
-
-def check_cu_seqlens(cu_seqlens, total):
-    """cu_seqlens as int64 (n + 1,): 0, then non-decreasing sequence ends, the last one total."""
-    cu = np.asarray(cu_seqlens)
-    if cu.dtype.kind not in "iu":
-        raise TypeError(f"cu_seqlens must be integers (where each packed sequence starts), "
-                        f"got dtype {cu.dtype}")
-    cu = cu.astype(np.int64, copy=False)
-    if cu.ndim != 1 or cu.size < 2 or cu[0] != 0 or cu[-1] != total or (np.diff(cu) < 0).any():
-        raise ValueError(f"cu_seqlens must run from 0 to the {total} packed rows without decreasing "
-                         f"(sequence i is rows cu_seqlens[i] .. cu_seqlens[i + 1]), got {cu_seqlens!r}")
-    return cu
-
-
-def attention_varlen(kernels, Q, K, V, cu_seqlens, *, causal=False, out=None):
-    Q, K, V, _, lead, out = prepare_attention(Q, K, V, None, out)
-    total = Q.shape[-2]
-    if K.shape[-2] != total:
-        raise ValueError(f"Q and K must hold the same packed rows, got {total} and {K.shape[-2]}")
-    cu = check_cu_seqlens(cu_seqlens, total)
+    keywords = dict(scale=scale, softcap=softcap, causal=causal, window=window, q_offset=q_offset)
+    slopes = check_alibi(alibi_slopes, as_float_array(Q, "Q"))
+    args = Q, K, V, mask, bias
+    Q, K, V, mask, bias, lead, out, g = prepare_attention(Q, K, V, mask, out, bias)
     if not out.size:
         return out
     if kernels.attention is None:
-        np.copyto(out, ref.attention_varlen(Q, K, V, cu, bool(causal)))
+        Q, K, V, mask, bias = _unsplit(out.dtype, *args)
+        np.copyto(out, ref.attention(Q, K, V, mask, bias=bias, alibi_slopes=slopes, **keywords))
         return out
-    a = attention_operands(Q, K, V, None, out)
-    lens, starts = np.diff(cu), cu[:-1]
-    keep = lens > 0
-    lens, starts = lens[keep], starts[keep]
-    B, n = len(a.offsets), len(lens)
-    # item (b, s): batch item b's rows of sequence s; the longest first, so the threads end together
-    offsets = (a.offsets[:, None, :] + starts[None, :, None] * a.strides[None, None, :]).reshape(-1, 4)
-    items = np.empty((B * n, 3), np.int64)
-    items[:, 0] = items[:, 1] = np.tile(lens, B)
-    first_row = np.arange(B, dtype=np.int64)[:, None] * total + starts[None, :]
-    items[:, 2] = first_row.reshape(-1) * a.dv
-    order = np.argsort(-items[:, 0], kind="stable")
-    longest = int(lens.max())
-    work = int((lens.astype(np.float64) ** 2).sum()) * B * (a.dk + a.dv)
-    kernels.attention(a.q, a.k, a.v, a.mask, a.out.reshape(-1), np.ascontiguousarray(offsets[order]),
-                      a.strides, longest, longest, a.dk, a.dv, bool(causal), 0, False,
-                      threads_for(work, ATTENTION_WORK), np.ascontiguousarray(items[order]))
-    return a.out
+    layout = _layout(Q, K, V, mask, bias, lead, q_offset, slopes)
+    kernels.attention(*_finish(kernels, *layout, out, Q.shape[-1], V.shape[-1], scale, softcap, causal,
+                               window, slopes is not None))
+    return out
+
+
+def _unsplit(dtype, Q, K, V, mask=None, bias=None):
+    """The caller's operands in the result dtype, for the reference (the NumPy fallback)."""
+    Q, K, V = (np.asarray(a).astype(dtype, copy=False) for a in (Q, K, V))
+    if mask is not None:
+        mask = np.asarray(mask)
+        mask = mask if mask.dtype == bool else mask != 0
+    return Q, K, V, mask, None if bias is None else np.asarray(bias).astype(dtype, copy=False)
+
+
+_PLAIN_PLANS = {}  # (kernels, shapes, dtype, keywords, threads) -> _plain_layout(...): a small call's plan
+
+
+def _plain_layout(kernels, lead, Sq, dk, Sk, dv, dtype, scale, softcap, causal, window, q_offset):
+    """(plan, threads) for C-contiguous (lead, Sq, dk), (lead, Sk, dk), (lead, Sk, dv) operands, kept
+    by shape: its arrays are placeholders the caller replaces by the call's (Plan.bind)."""
+    Q, K, V, out = (_placeholder(lead + shape, dtype) for shape in ((Sq, dk), (Sk, dk), (Sk, dv), (Sq, dv)))
+    layout = _layout(Q, K, V, None, None, lead, q_offset, None)
+    return _finish(kernels, *layout, out, dk, dv, scale, softcap, causal, window, False)
+
+
+def _placeholder(shape, dtype):
+    """A C-contiguous array's shape and strides over one element of memory: the layout alone, for a
+    cached plan (never read)."""
+    dtype = np.dtype(dtype)
+    strides = np.cumprod((1,) + shape[:0:-1])[::-1] * dtype.itemsize
+    return np.lib.stride_tricks.as_strided(np.empty(1, dtype), shape, tuple(int(s) for s in strides),
+                                           writeable=False)
+
+
+def check_cu_seqlens(cu_seqlens, total, name="cu_seqlens"):
+    """cu_seqlens as int64 (n + 1,): 0, then non-decreasing sequence ends, the last one total."""
+    cu = np.asarray(cu_seqlens)
+    if cu.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be integers (where each packed sequence starts), got dtype {cu.dtype}")
+    cu = cu.astype(np.int64, copy=False)
+    if cu.ndim != 1 or cu.size < 2 or cu[0] != 0 or cu[-1] != total or (np.diff(cu) < 0).any():
+        raise ValueError(f"{name} must run from 0 to the {total} packed rows without decreasing "
+                         f"(sequence i is rows {name}[i] .. {name}[i + 1]), got {cu_seqlens!r}")
+    return cu
+
+
+def attention_varlen(kernels, Q, K, V, cu_seqlens, *, causal=False, cu_seqlens_k=None, scale=None,
+                     softcap=None, bias=None, alibi_slopes=None, window=None, out=None):
+    causal, window = bool(causal), check_window(window)
+    scale, softcap = _positive(scale, "scale"), _positive(softcap, "softcap")
+    slopes = check_alibi(alibi_slopes, as_float_array(Q, "Q"))
+    args = Q, K, V, None, bias
+    Q, K, V, _, bias, lead, out, g = prepare_attention(Q, K, V, None, out, bias)
+    total, total_k = Q.shape[-2], K.shape[-2]
+    cu = check_cu_seqlens(cu_seqlens, total)
+    if cu_seqlens_k is None:
+        if total_k != total:
+            raise ValueError(f"Q and K must hold the same packed rows, got {total} and {total_k} "
+                             "(pass cu_seqlens_k for keys packed apart from the queries)")
+        cu_k = cu
+    else:
+        cu_k = check_cu_seqlens(cu_seqlens_k, total_k, "cu_seqlens_k")
+        if len(cu_k) != len(cu):
+            raise ValueError(f"cu_seqlens_k must hold as many sequences as cu_seqlens ({len(cu) - 1}), "
+                             f"got {len(cu_k) - 1}")
+        if ((np.diff(cu_k) == 0) & (np.diff(cu) > 0)).any():
+            raise ValueError("cu_seqlens_k gives a sequence with queries but no keys: a softmax over no keys "
+                             "is undefined")
+    if not out.size:
+        return out
+    if kernels.attention is None:
+        Q, K, V, _, bias = _unsplit(out.dtype, *args)
+        np.copyto(out, ref.attention_varlen(Q, K, V, cu, causal, cu_seqlens_k=cu_k, scale=scale,
+                                            softcap=softcap, bias=bias, alibi_slopes=slopes, window=window))
+        return out
+    parts, base, _ = _layout(Q, K, V, None, bias, lead, 0, slopes)
+    # item (b, s): batch item b's rows of sequence s
+    nq, nk = np.diff(cu), np.diff(cu_k)
+    keep = nq > 0
+    sq0, sk0, nq, nk = cu[:-1][keep], cu_k[:-1][keep], nq[keep], nk[keep]
+    B, n = len(base), len(nq)
+    if not n:
+        return out
+    items = np.repeat(base, n)
+    s = np.tile(np.arange(n), B)
+    for name, part, start in (("q", parts[0], sq0), ("k", parts[1], sk0), ("v", parts[2], sk0)):
+        items[name] += start[s] * part[2]
+    if bias is not None:
+        items["bias"] += sq0[s] * parts[4][2] + sk0[s]
+    items["out"] = (np.repeat(np.arange(B, dtype=np.int64), n) * total + sq0[s]) * V.shape[-1]
+    items["sq"], items["sk"], items["pos"] = nq[s], nk[s], nk[s] - nq[s]
+    items["unit"] = items["unit"] * n + s
+    _, unit = np.unique(items["unit"], return_inverse=True)
+    items["unit"] = unit.reshape(-1)
+    kernels.attention(*_finish(kernels, parts, items, int(unit.max()) + 1, out, Q.shape[-1], V.shape[-1],
+                               scale, softcap, causal, window, slopes is not None))
+    return out

@@ -9,9 +9,17 @@ import contextvars
 import dataclasses
 import importlib
 import os
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 Kernel = Optional[Callable]
+
+
+class TileGeometry(NamedTuple):
+    """An attention kernel's query tiles (silkattn._plan): rows of a tile by default, the most rows
+    a tile may have, and the rows of a register block tile heights are rounded to."""
+    bq: int = 64
+    max_bq: int = 64
+    mr: int = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,8 +30,8 @@ class Kernels:
     name: str
     softmax: Kernel
     layer_norm: Kernel
-    attention: Kernel
-    attention_decode: Kernel = None  # attention for one query row (Sq == 1): keys split across threads
+    attention: Kernel               # attention(plan, num_threads): silkattn._plan
+    attention_tiles: TileGeometry = TileGeometry()  # the query tiles attention's plan is cut into
     linear: Kernel = None           # x W (+ b) for a few rows of x: a decoding step's projections
     bias_relu: Kernel = None        # h = max(h + b, 0) in place (the feed-forward's elementwise step)
     bias_gelu: Kernel = None        # h = gelu(h + b) in place (the exact, erf GELU)

@@ -1,10 +1,11 @@
 """The kernels API: silkattn's ops on the current backend (set_backend, use_backend, SILKATTN_BACKEND).
 
 Each op takes the reference's arguments and returns what the reference returns (float32 stays
-float32), plus keyword-only extras: out= (a result array to fill), causal= and q_offset= for
-attention. Bad input raises a ValueError or TypeError naming the argument, the same on every
-backend. Models (silkattn.models) are written with these ops only; silkattn._api does the checks
-and holds each op's NumPy fallback, and the backend's Kernels record does the arithmetic.
+float32), plus keyword-only extras: out= (a result array to fill), and attention's causal,
+q_offset, scale, softcap, bias, alibi_slopes and window. Bad input raises a ValueError or TypeError
+naming the argument, the same on every backend. Models (silkattn.models) are written with these ops
+only; silkattn._api does the checks and holds each op's NumPy fallback, and the backend's Kernels
+record does the arithmetic.
 """
 import functools
 
@@ -21,21 +22,34 @@ def layer_norm(X, g, b, eps=1e-5, *, out=None):
     return _api.layer_norm(_backends.kernels(), X, g, b, eps, out=out)
 
 
-def attention(Q, K, V, mask=None, *, causal=False, q_offset=0, out=None):
-    """softmax(where(mask, Q K^T / sqrt(d_k), -1e9)) V over (..., Sq, d_k), (..., Sk, d_k), (..., Sk, d_v).
+def attention(Q, K, V, mask=None, *, scale=None, softcap=None, bias=None, alibi_slopes=None, causal=False,
+              window=None, q_offset=0, out=None):
+    """softmax(hide(softcap(scale Q K^T) + bias + alibi)) V over Q (..., Hq, Sq, d_k), K (..., Hkv, Sk,
+    d_k), V (..., Hkv, Sk, d_v); the semantics are silkattn.reference.attention's.
 
-    causal=True also hides key j from query i when j > q_offset + i, without a mask array: query i
-    sits at position q_offset + i (0 by default: the reference's causal_mask(Sq, Sk); with a KV cache
-    of Sk keys, q_offset = Sk - Sq puts the new queries last).
+    scale: the scores' factor (1/sqrt(d_k) by default); softcap: scores become softcap * tanh(s /
+    softcap); bias: added to the scores, broadcast to (..., Hq, Sq, Sk); alibi_slopes (Hq,): the
+    bias -slope_h * |p_i - j|, computed in the kernel. Hidden keys (mask False, causal j > p_i,
+    window=(left, right) outside p_i - left <= j <= p_i + right) get the score -1e9; query i sits at
+    position p_i = q_offset + i (with a KV cache of Sk keys, q_offset = Sk - Sq puts the new queries
+    last). K and V may have fewer heads than Q (grouped-query attention: Hq % Hkv == 0, query head h
+    reads K/V head h // (Hq / Hkv)), read in place, never repeated.
     """
-    return _api.attention(_backends.kernels(), Q, K, V, mask, causal=causal, q_offset=q_offset, out=out)
+    return _api.attention(_backends.kernels(), Q, K, V, mask, scale=scale, softcap=softcap, bias=bias,
+                          alibi_slopes=alibi_slopes, causal=causal, window=window, q_offset=q_offset, out=out)
 
 
-def attention_varlen(Q, K, V, cu_seqlens, *, causal=False, out=None):
-    """attention over sequences packed end to end: Q, K, V (..., total, d) hold n sequences, rows
-    cu_seqlens[i] .. cu_seqlens[i + 1] (cu_seqlens: 0, ..., total); each attends to its own rows
-    only, so no padding is ever computed (causal: within each sequence)."""
-    return _api.attention_varlen(_backends.kernels(), Q, K, V, cu_seqlens, causal=causal, out=out)
+def attention_varlen(Q, K, V, cu_seqlens, *, causal=False, cu_seqlens_k=None, scale=None, softcap=None,
+                     bias=None, alibi_slopes=None, window=None, out=None):
+    """attention over sequences packed end to end: Q (..., total_q, d) holds n sequences, rows
+    cu_seqlens[i] .. cu_seqlens[i + 1] (cu_seqlens: 0, ..., total_q); each attends to its own keys
+    only, rows cu_seqlens_k[i] .. cu_seqlens_k[i + 1] of K and V (by default the same rows as its
+    queries), so no padding is ever computed. A sequence's queries are its last keys (query r at
+    position r + keys - queries: a prefill after a cache) for causal, window and alibi_slopes; the
+    other keywords are attention's (bias: (..., Hq, total_q, total_k))."""
+    return _api.attention_varlen(_backends.kernels(), Q, K, V, cu_seqlens, causal=causal,
+                                 cu_seqlens_k=cu_seqlens_k, scale=scale, softcap=softcap, bias=bias,
+                                 alibi_slopes=alibi_slopes, window=window, out=out)
 
 
 def linear(X, W, b=None, *, out=None):
