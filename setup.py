@@ -12,6 +12,7 @@ import os
 import tempfile
 import warnings
 
+import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
@@ -50,9 +51,9 @@ cflags += sanitize
 directives = dict(language_level=3, boundscheck=checks, initializedcheck=checks, wraparound=False,
                   cdivision=True, nonecheck=False, embedsignature=True)
 depends = glob.glob("kernels/*.h") + glob.glob("kernels/*.pxi")
-extensions = [Extension(f"silkattn._cy.{op}", [f"kernels/{op}.pyx"], include_dirs=["kernels"],
-                        depends=depends, extra_compile_args=cflags + omp,
-                        extra_link_args=omp + sanitize + ["-lm"])
+extensions = [Extension(f"silkattn._cy.{op}", [f"kernels/{op}.pyx"],
+                        include_dirs=["kernels", numpy.get_include()], depends=depends,
+                        extra_compile_args=cflags + omp, extra_link_args=omp + sanitize + ["-lm"])
               for op in OPS]
 
 setup(ext_modules=cythonize(extensions, compiler_directives=directives))

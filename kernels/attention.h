@@ -25,32 +25,45 @@
 #define SA_BQ 96
 #define SA_BK 64
 #define SA_COL_PAD 32
-/* The decode (single-query) path: keys per online-softmax step, and per chunk. Every item's keys
- * are cut into chunks of SA_DEC_CHUNK, the tasks the threads share: fixed, so the result does not
- * depend on the thread count. */
+/* The rows path (a few query rows per K/V unit): keys per online-softmax step. The chunks the
+ * threads share are the plan's (silkattn/_plan.py CHUNK_KEYS keys each), fixed, so the result
+ * does not depend on the thread count. */
 #define SA_DEC_BLOCK 64
-#define SA_DEC_CHUNK 256
 
-/* One attention call, as the Python bookkeeping laid it out (see silkattn/_api.py). */
+/* The attention plan (silkattn/_plan.py), field for field: the structs mirror the numpy dtypes
+ * ITEM, UNIT, TASK, GROUP, ROW and CHUNK (every field 8 bytes, so the layouts agree). */
 typedef struct {
-    const void *q, *k, *v;
-    const uint8_t *mask;
-    void *out;               /* (B, Sq, dv) C order */
-    const int64_t *offsets;  /* (B, 4): element offset of batch item b in q, k, v, mask */
-    int64_t rs[4];           /* element step between rows of q, k, v, mask */
-    int64_t Sq, Sk, dk, dv;
-    int64_t q_offset;        /* causal: query i sits at position q_offset + i and sees keys j <= it */
-    const int64_t *items;    /* (B, 3): item b's own Sq, Sk and out offset (packed sequences), or NULL:
-                              * every item Sq x Sk, its output at b Sq dv */
-    int64_t bq, bk;          /* tile sizes: any bq >= 1 is correct (see attention.pyx) */
-    int causal, masked;
-} sa_attn_args;
+    int64_t q, k, v, mask, bias, out;  /* element offset of the item's first row in each operand */
+    int64_t sq, sk;                    /* its query rows and keys */
+    int64_t pos;                       /* the position of its query 0: query i sits at pos + i */
+    int64_t unit;                      /* the K/V unit it reads */
+    double slope;                      /* ALiBi's slope for its head */
+} sa_item;
+typedef struct { int64_t k, v, sk; } sa_unit;
+typedef struct { int64_t item, q0, rows; } sa_task;
+typedef struct { int64_t unit, row0, nrows, chunk0, nchunks; } sa_group;
+typedef struct { int64_t item, i; } sa_row;
+typedef struct { int64_t group, j0, j1, part; } sa_chunk;
 
-static inline int64_t sa_item_sq(const sa_attn_args *a, int64_t b) { return a->items ? a->items[3 * b] : a->Sq; }
-static inline int64_t sa_item_sk(const sa_attn_args *a, int64_t b) { return a->items ? a->items[3 * b + 1] : a->Sk; }
-static inline int64_t sa_item_out(const sa_attn_args *a, int64_t b) {
-    return a->items ? a->items[3 * b + 2] : b * a->Sq * a->dv;
-}
+typedef struct {
+    const void *q, *k, *v, *bias;
+    const uint8_t *mask;
+    void *out;
+    int64_t rs_q, rs_k, rs_v, rs_mask, rs_bias;  /* element step between rows (0: broadcast rows) */
+    int64_t dk, dv, bq, bk;                      /* bq: the most rows of a task */
+    double scale, softcap;                       /* softcap 0: none */
+    int64_t left, right;                         /* key j visible to position p: p - left <= j <= p + right */
+    int has_mask, has_bias, has_alibi;
+    const sa_item *items;
+    const sa_unit *units;
+    const sa_task *tasks;                        /* tiles path */
+    const sa_group *groups;                      /* rows path */
+    const sa_row *rows;
+    const sa_chunk *chunks;
+} sa_attn_plan;
+
+/* Does the score need the pass between Q K^T and the softmax (natural units: softcap, bias, ALiBi)? */
+static inline int sa_transforms(const sa_attn_plan *a) { return a->softcap > 0 || a->has_bias || a->has_alibi; }
 
 /* The next rows x cols block of scratch, 64-byte aligned; sa_attn_scratch_bytes sums the same. */
 static void *sa_carve(char **cur, int64_t rows, int64_t cols, size_t tsize) {
@@ -59,36 +72,35 @@ static void *sa_carve(char **cur, int64_t rows, int64_t cols, size_t tsize) {
     return p;
 }
 
-static size_t sa_attn_scratch_bytes(const sa_attn_args *a, size_t tsize) {
+static size_t sa_attn_scratch_bytes(const sa_attn_plan *a, size_t tsize) {
     char *cur = NULL;  /* the same carving as sa_attn_tile, counted from address 0 */
     int64_t ldq = a->bq + SA_COL_PAD;
     sa_carve(&cur, a->dk, ldq, tsize), sa_carve(&cur, a->bk + SA_MR_MAX, ldq, tsize);
     sa_carve(&cur, SA_MR_MAX, a->dk, tsize), sa_carve(&cur, a->bk, a->dv + SA_COL_PAD, tsize);
     sa_carve(&cur, a->bq + SA_MR_MAX, a->dv + SA_COL_PAD, tsize), sa_carve(&cur, 3, ldq, tsize);
+    sa_carve(&cur, a->bk, 1, tsize);
     return (size_t)cur;
 }
 
-static size_t sa_attn_decode_scratch(int64_t dk) { return (size_t)(dk + SA_COL_PAD + SA_DEC_BLOCK + SA_COL_PAD); }
+/* The rows path's scratch (elements): each row's scaled query, then one block of scores. */
+#define SA_ROWS_MAX 16
+static size_t sa_attn_rows_scratch(int64_t dk) {
+    return (size_t)(SA_ROWS_MAX * (dk + SA_COL_PAD) + SA_DEC_BLOCK + SA_COL_PAD);
+}
 #endif
 
 #define SA_TEMPLATE "tmpl_attention.h"
 #include "instances.h"
 
-#define SA_DISPATCH(name)                                                                          \
-    static inline void sa_attn_tile_##name(int isa, const sa_attn_args *a, int64_t b, int64_t q0,   \
-                                           void *scratch) {                                        \
-        SA_PICK(sa_attn_tile_##name, isa)(a, b, q0, scratch); }
-SA_DISPATCH(f32)
-SA_DISPATCH(f64)
-#undef SA_DISPATCH
-
 #define SA_DISPATCH(T, name)                                                                       \
-    static inline void sa_attn_decode_part_##name(int isa, const sa_attn_args *a, int64_t b, int64_t j0, \
-                                                  int64_t j1, T *part, T *scratch) {             \
-        SA_PICK(sa_attn_decode_part_##name, isa)(a, b, j0, j1, part, scratch); } \
-    static inline void sa_attn_decode_merge_##name(int isa, const sa_attn_args *a, int64_t b, int64_t nsplit, \
-                                                   const T *parts, T *out) {                     \
-        SA_PICK(sa_attn_decode_merge_##name, isa)(a, b, nsplit, parts, out); }
+    static inline void sa_attn_tile_##name(int isa, const sa_attn_plan *a, const sa_task *t, void *scratch) { \
+        SA_PICK(sa_attn_tile_##name, isa)(a, t, scratch); }                                          \
+    static inline void sa_attn_rows_part_##name(int isa, const sa_attn_plan *a, const sa_chunk *c, T *parts, \
+                                                T *scratch) {                                        \
+        SA_PICK(sa_attn_rows_part_##name, isa)(a, c, parts, scratch); }                              \
+    static inline void sa_attn_rows_merge_##name(int isa, const sa_attn_plan *a, const sa_group *g, \
+                                                 const T *parts) {                                   \
+        SA_PICK(sa_attn_rows_merge_##name, isa)(a, g, parts); }
 SA_DISPATCH(float, f32)
 SA_DISPATCH(double, f64)
 #undef SA_DISPATCH

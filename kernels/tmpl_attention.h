@@ -7,10 +7,13 @@
  * S^T = K Q^T from SA_BR-key x (2 vectors of queries) register blocks, then O += P V from SA_BR-query x
  * (2 vectors of d_v) blocks. The Sq x Sk score matrix never exists: scratch is O((bq + d) * bk).
  *
- * Masked scores are replaced by -1e9 (the reference's rule). Tiles that are entirely masked, and
- * key tiles past the causal diagonal, are skipped: their keys would each weigh exp(-1e9 - m),
- * exactly 0 unless the row's final max m is itself near -1e9 (a fully masked row, or absurd
- * scores). Such rare rows are recomputed exactly over all keys by exact_row. */
+ * With softcap, a bias or ALiBi, Q is scaled by the scale alone and a pass over the tile
+ * (transform_tile) applies them in natural units before the change to log2 units. Hidden scores
+ * (mask, or outside the window p - left <= j <= p + right, causal included) are replaced by -1e9
+ * (the reference's rule). Tiles that are entirely masked, and key tiles outside every row's window
+ * (past the causal diagonal, before a sliding window), are skipped: their keys would each weigh
+ * exp(-1e9 - m), exactly 0 unless the row's final max m is itself near -1e9 (a fully hidden row, or
+ * absurd scores). Such rare rows are recomputed exactly over all keys by exact_row. */
 #include "tmpl_simd.h"
 #define SA_NR (2 * SA_VL)  /* columns per register block: queries of S^T, or d_v columns of O */
 /* Rows per register block: 2 SA_BR accumulators + 2 operands + 1 broadcast must fit the register
@@ -58,29 +61,48 @@ static inline __attribute__((always_inline)) void SA_FN(pv_block)(const SA_T *re
     for (int r = 0; r < SA_BR; r++) STORE(acc + r * lda, c0[r]), STORE(acc + r * lda + SA_VL, c1[r]);
 }
 
-/* One query row straight from the definition, in the natural (not log2) domain: the rare rows
- * whose max is within SA_EXACT_MARGIN of the masked score (see attention.h). */
-static void SA_FN(exact_row)(const sa_attn_args *a, int64_t b, int64_t i, SA_T *restrict out) {
-    const SA_T *q = (const SA_T *)a->q + a->offsets[4 * b] + i * a->rs[0];
-    const SA_T *k = (const SA_T *)a->k + a->offsets[4 * b + 1];
-    const SA_T *v = (const SA_T *)a->v + a->offsets[4 * b + 2];
-    const uint8_t *mrow = a->masked ? a->mask + a->offsets[4 * b + 3] + i * a->rs[3] : NULL;
-    const SA_T scale = (SA_T)sqrt((double)a->dk);
+#define SA_ABS(x) ((x) < 0 ? -(x) : (x))
+
+/* Is key j visible to the query at position p (the plan's window, causal folded in)? */
+static inline int SA_FN(in_window)(const sa_attn_plan *a, int64_t p, int64_t j) {
+    return j >= p - a->left && j <= p + a->right;
+}
+
+/* The score of query row i of item `it` against key j, in natural units, from its raw dot product
+ * (the reference's order: scale, softcap, bias, ALiBi; hiding is the caller's). */
+static inline SA_T SA_FN(score)(const sa_attn_plan *a, const sa_item *it, int64_t i, int64_t j, SA_T dot) {
+    SA_T s = dot * (SA_T)a->scale;
+    if (a->softcap > 0) s = (SA_T)a->softcap * (SA_T)tanh((double)(s / (SA_T)a->softcap));
+    if (a->has_bias) s += ((const SA_T *)a->bias)[it->bias + i * a->rs_bias + j];
+    if (a->has_alibi) {
+        const int64_t d = it->pos + i - j;
+        s += -(SA_T)it->slope * (SA_T)(d < 0 ? -d : d);
+    }
+    return s;
+}
+
+/* One query row straight from the definition, in the natural (not log2) domain, over all the
+ * item's keys: the rare rows whose max is within SA_EXACT_MARGIN of the masked score (see
+ * attention.h), e.g. a row whose every key is hidden (mean(V)). */
+static void SA_FN(exact_row)(const sa_attn_plan *a, const sa_item *it, int64_t i, SA_T *restrict out) {
+    const SA_T *q = (const SA_T *)a->q + it->q + i * a->rs_q;
+    const SA_T *k = (const SA_T *)a->k + it->k;
+    const SA_T *v = (const SA_T *)a->v + it->v;
+    const uint8_t *mrow = a->has_mask ? a->mask + it->mask + i * a->rs_mask : NULL;
+    const int64_t p = it->pos + i;
     SA_T m = -INFINITY, sum = 0;
     for (int pass = 0; pass < 2; pass++) {
-        for (int64_t j = 0; j < sa_item_sk(a, b); j++) {
-            SA_T s = (SA_T)SA_MASKED;
-            if (!(a->causal && j > i + a->q_offset) && !(mrow && !mrow[j])) {
-                s = 0;
-                for (int64_t t = 0; t < a->dk; t++) s += q[t] * k[j * a->rs[1] + t];
-                s /= scale;
-            }
+        for (int64_t j = 0; j < it->sk; j++) {
+            SA_T dot = 0;
+            for (int64_t t = 0; t < a->dk; t++) dot += q[t] * k[j * a->rs_k + t];
+            SA_T s = SA_FN(score)(a, it, i, j, dot);
+            if (!SA_FN(in_window)(a, p, j) || (mrow && !mrow[j])) s = (SA_T)SA_MASKED;
             if (pass == 0) {
                 m = (s > m || s != s) ? s : m;  /* a NaN score makes the row NaN, as in the reference */
             } else {
                 SA_T e = (SA_T)exp((double)(s - m));
                 sum += e;
-                for (int64_t c = 0; c < a->dv; c++) out[c] += e * v[j * a->rs[2] + c];
+                for (int64_t c = 0; c < a->dv; c++) out[c] += e * v[j * a->rs_v + c];
             }
         }
         if (pass == 0) for (int64_t c = 0; c < a->dv; c++) out[c] = 0;
@@ -88,19 +110,58 @@ static void SA_FN(exact_row)(const sa_attn_args *a, int64_t b, int64_t i, SA_T *
     for (int64_t c = 0; c < a->dv; c++) out[c] /= sum;
 }
 
-static void SA_FN(sa_attn_tile)(const sa_attn_args *a, int64_t b, int64_t q0, void *scratch) {
-    const int64_t dk = a->dk, dv = a->dv, bk = a->bk, rs_k = a->rs[1], rs_v = a->rs[2], rs_m = a->rs[3];
-    const int64_t Sq = sa_item_sq(a, b), Sk = sa_item_sk(a, b);
-    const int64_t nq = a->bq < Sq - q0 ? a->bq : Sq - q0;
+/* tanh by exp2 (odd, so on |x|; |x| capped where tanh is 1 in either dtype) */
+static inline VEC SA_FN(tanhv)(VEC x) {
+    const VEC one = SA_FN(splat)(1), cap = SA_FN(splat)(20);
+    VEC ax = SA_FN(vmax)(x, -x);
+    ax = SA_FN(select)(ax > cap, cap, ax);  /* a NaN fails the compare and stays NaN */
+    const VEC e = SA_FN(exp2v)(ax * (SA_T)(-2 * SA_LOG2E));
+    const VEC t = (one - e) / (one + e);
+    return SA_FN(select)(x < SA_FN(splat)(0), -t, t);
+}
+
+/* The natural-units pass of a tile (softcap, bias, ALiBi) over st[j][0:nqv] for keys k0 + j of
+ * the queries at positions pb + r, then the change to log2 units the online softmax works in. */
+static void SA_FN(transform_tile)(const sa_attn_plan *a, const sa_item *it, int64_t q0, int64_t nq, int64_t nqv,
+                                  int64_t k0, int64_t nk, SA_T *restrict st, int64_t ldq) {
+    const SA_T log2e = (SA_T)SA_LOG2E;
+    if (a->softcap > 0) {
+        const VEC c = SA_FN(splat)((SA_T)a->softcap), inv = SA_FN(splat)((SA_T)(1 / a->softcap));
+        for (int64_t j = 0; j < nk; j++)
+            for (int64_t r = 0; r < nqv; r += SA_VL)
+                STORE(st + j * ldq + r, c * SA_FN(tanhv)(LOAD(st + j * ldq + r) * inv));
+    }
+    if (a->has_bias) {  /* bias rows run over keys, S^T over queries: read rows, write columns */
+        const SA_T *bias = (const SA_T *)a->bias + it->bias + q0 * a->rs_bias + k0;
+        for (int64_t r = 0; r < nq; r++)
+            for (int64_t j = 0; j < nk; j++) st[j * ldq + r] += bias[r * a->rs_bias + j];
+    }
+    if (a->has_alibi) {
+        const SA_T slope = -(SA_T)it->slope;
+        for (int64_t j = 0; j < nk; j++) {
+            const SA_T d0 = (SA_T)(it->pos + q0 - k0 - j);  /* p_r - key = d0 + r */
+            SA_T *row = st + j * ldq;
+            for (int64_t r = 0; r < nqv; r++) row[r] += slope * SA_ABS(d0 + (SA_T)r);
+        }
+    }
+    for (int64_t j = 0; j < nk; j++)
+        for (int64_t r = 0; r < nqv; r += SA_VL) STORE(st + j * ldq + r, LOAD(st + j * ldq + r) * log2e);
+}
+
+static void SA_FN(sa_attn_tile)(const sa_attn_plan *a, const sa_task *task, void *scratch) {
+    const sa_item *it = a->items + task->item;
+    const int64_t dk = a->dk, dv = a->dv, bk = a->bk, rs_k = a->rs_k, rs_v = a->rs_v, rs_m = a->rs_mask;
+    const int64_t q0 = task->q0, nq = task->rows, Sk = it->sk;
     const int64_t nqv = (nq + SA_NR - 1) / SA_NR * SA_NR;  /* query columns of S^T computed */
     const int64_t nqr = (nq + SA_BR - 1) / SA_BR * SA_BR;  /* query rows of the P V blocks */
     const int64_t ldq = a->bq + SA_COL_PAD, dvp = (dv + SA_NR - 1) / SA_NR * SA_NR;
-    const int64_t off = a->q_offset;                       /* query r of the tile sits at q0 + off + r */
-    const SA_T *q = (const SA_T *)a->q + a->offsets[4 * b] + q0 * a->rs[0];
-    const SA_T *k = (const SA_T *)a->k + a->offsets[4 * b + 1];
-    const SA_T *v = (const SA_T *)a->v + a->offsets[4 * b + 2];
-    const uint8_t *mk = a->masked ? a->mask + a->offsets[4 * b + 3] + q0 * rs_m : NULL;
-    SA_T *out = (SA_T *)a->out + sa_item_out(a, b) + q0 * dv;
+    const int64_t pb = it->pos + q0;                       /* query r of the tile sits at pb + r */
+    const int transform = sa_transforms(a);
+    const SA_T *q = (const SA_T *)a->q + it->q + q0 * a->rs_q;
+    const SA_T *k = (const SA_T *)a->k + it->k;
+    const SA_T *v = (const SA_T *)a->v + it->v;
+    const uint8_t *mk = a->has_mask ? a->mask + it->mask + q0 * rs_m : NULL;
+    SA_T *out = (SA_T *)a->out + it->out + q0 * dv;
     char *cur = (char *)scratch;
     SA_T *qt = sa_carve(&cur, dk, ldq, sizeof(SA_T)), *st = sa_carve(&cur, bk + SA_MR_MAX, ldq, sizeof(SA_T));
     SA_T *kpad = sa_carve(&cur, SA_MR_MAX, dk, sizeof(SA_T)), *vp = sa_carve(&cur, bk, dv + SA_COL_PAD, sizeof(SA_T));
@@ -109,18 +170,21 @@ static void SA_FN(sa_attn_tile)(const sa_attn_args *a, int64_t b, int64_t q0, vo
     const SA_T masked_l2 = (SA_T)(SA_MASKED * SA_LOG2E);  /* the masked score in log2 units */
     const SA_T exact_below = (SA_T)((SA_MASKED + SA_EXACT_MARGIN) * SA_LOG2E);
 
-    const SA_T qscale = (SA_T)(SA_LOG2E / sqrt((double)dk));
+    /* Q pre-scaled: to log2 units at once, or (with a natural-units pass) by the scale alone */
+    const SA_T qscale = (SA_T)(a->scale * (transform ? 1.0 : SA_LOG2E));
     for (int64_t p = 0; p < dk; p++)
-        for (int64_t r = 0; r < nqv; r++) qt[p * ldq + r] = r < nq ? q[r * a->rs[0] + p] * qscale : 0;
+        for (int64_t r = 0; r < nqv; r++) qt[p * ldq + r] = r < nq ? q[r * a->rs_q + p] * qscale : 0;
     for (int64_t r = 0; r < ldq; r++) { m[r] = -INFINITY; l[r] = 0; }
     memset(acc, 0, sizeof(SA_T) * nqr * dvp);
     memset(st, 0, sizeof(SA_T) * (bk + SA_MR_MAX) * ldq);  /* padded queries stay finite */
 
-    /* causal: keys past the last row's diagonal are masked for every row of the tile */
-    const int64_t kend = a->causal && q0 + off + nq < Sk ? q0 + off + nq : Sk;
-    for (int64_t k0 = 0; k0 < kend; k0 += bk) {
+    /* the keys some row of the tile sees: [pb - left, pb + nq - 1 + right] within the item's */
+    const int64_t kbeg = pb - a->left > 0 ? (pb - a->left < Sk ? pb - a->left : Sk) : 0;
+    const int64_t kend = pb + nq + a->right < Sk ? (pb + nq + a->right > kbeg ? pb + nq + a->right : kbeg) : Sk;
+    for (int64_t k0 = kbeg; k0 < kend; k0 += bk) {
         const int64_t nk = bk < kend - k0 ? bk : kend - k0;
-        int partial = a->causal && k0 + nk - 1 > q0 + off;
+        /* partial: some (query, key) pair of the tile is outside the window */
+        int partial = k0 < pb + nq - 1 - a->left || k0 + nk - 1 > pb + a->right;
         if (mk) {  /* is every (query, key) pair of the tile masked, or none? (mask bytes are 0/1) */
             uint8_t any = 0, all = 1;
             for (int64_t r = 0; r < (rs_m ? nq : 1); r++) {
@@ -142,13 +206,14 @@ static void SA_FN(sa_attn_tile)(const sa_attn_args *a, int64_t b, int64_t q0, vo
                 SA_FN(qk_block)(k + (k0 + j0) * rs_k, rs_k, dk, qt + c0, ldq, st + j0 * ldq + c0, ldq);
             if (nk6 < nk) SA_FN(qk_block)(kpad, dk, dk, qt + c0, ldq, st + nk6 * ldq + c0, ldq);
         }
+        if (transform) SA_FN(transform_tile)(a, it, q0, nq, nqv, k0, nk, st, ldq);
         if (partial) {
             for (int64_t j = 0; j < nk; j++) {
                 SA_T *row = st + j * ldq;  /* key k0 + j against every query of the tile */
-                if (a->causal) {  /* queries r < k0 + j - q0 - off are before the key: a run, not a test */
-                    const int64_t cut = k0 + j - q0 - off < nq ? k0 + j - q0 - off : nq;
-                    for (int64_t r = 0; r < cut; r++) row[r] = masked_l2;
-                }
+                /* the window hides queries r < key - right - pb and r > key + left - pb: two runs */
+                const int64_t key = k0 + j, lo = key - a->right - pb, hi = key + a->left - pb;
+                for (int64_t r = 0; r < (lo < nq ? lo : nq); r++) row[r] = masked_l2;
+                for (int64_t r = hi + 1 > 0 ? hi + 1 : 0; r < nq; r++) row[r] = masked_l2;
                 if (mk && !rs_m) {  /* one mask row for all queries (key padding) */
                     if (!mk[k0 + j]) for (int64_t r = 0; r < nq; r++) row[r] = masked_l2;
                 } else if (mk) {
@@ -162,6 +227,8 @@ static void SA_FN(sa_attn_tile)(const sa_attn_args *a, int64_t b, int64_t q0, vo
             VEC mt = SA_FN(splat)(-INFINITY), mold = LOAD(m + c0), sum = SA_FN(splat)(0);
             for (int64_t j = 0; j < nk; j++) mt = SA_FN(vmax)(LOAD(st + j * ldq + c0), mt);
             VEC mnew = SA_FN(vmax)(mt, mold);
+            /* a row with only -inf scores so far (a -inf bias) keeps weight 0, not NaN */
+            mnew = SA_FN(select)(mnew == SA_FN(splat)(-INFINITY), SA_FN(splat)(0), mnew);
             for (int64_t j = 0; j < nk; j++) {
                 VEC pj = SA_FN(exp2v)(LOAD(st + j * ldq + c0) - mnew);
                 STORE(st + j * ldq + c0, pj);
@@ -169,7 +236,7 @@ static void SA_FN(sa_attn_tile)(const sa_attn_args *a, int64_t b, int64_t q0, vo
             }
             VEC al = SA_FN(exp2v)(mold - mnew);
             STORE(l + c0, LOAD(l + c0) * al + sum);
-            STORE(m + c0, mnew);
+            STORE(m + c0, SA_FN(vmax)(mt, mold));
             STORE(alpha + c0, al);
         }
         for (int64_t r = 0; r < nq; r++)
@@ -189,8 +256,8 @@ static void SA_FN(sa_attn_tile)(const sa_attn_args *a, int64_t b, int64_t q0, vo
     }
 
     for (int64_t r = 0; r < nq; r++) {
-        if (m[r] < exact_below) {  /* the skipped keys may weigh something: be exact */
-            SA_FN(exact_row)(a, b, q0 + r, out + r * dv);
+        if (!(m[r] >= exact_below)) {  /* the skipped keys may weigh something (or NaN): be exact */
+            SA_FN(exact_row)(a, it, q0 + r, out + r * dv);
             continue;
         }
         const SA_T inv = 1 / l[r];
@@ -198,119 +265,159 @@ static void SA_FN(sa_attn_tile)(const sa_attn_args *a, int64_t b, int64_t q0, vo
     }
 }
 
-/* ---- single-query (decode) attention: one query row against a long run of keys ----
- * The tile kernel would pad the one query to a whole register block; here the query is a vector
- * held in cache, the keys stream past it SA_VL at a time (independent dot products whose lane
- * sums come out as one vector, see lane_sums), and the online softmax runs over blocks of
- * SA_DEC_BLOCK keys. A call splits each batch item's keys into chunks
- * (when there are fewer items than threads), each chunk leaving a partial result (m, l, acc) that
- * sa_attn_decode_merge combines: m = max m_c, l = sum l_c 2^(m_c - m), out = sum acc_c 2^(m_c - m) / l. */
+/* ---- the rows path: a few query rows (a group: the rows that read one K/V unit) against a long
+ * run of keys. The tile kernel would pad them to whole register blocks; here each row's query is
+ * a vector held in cache, the keys stream past it SA_VL at a time (independent dot products whose
+ * lane sums come out as one vector, see lane_sums), every row of the group reading a block of
+ * SA_DEC_BLOCK keys while it is in L1 (so a GQA group reads its K/V once), and the online softmax
+ * runs over blocks. The keys of a group are cut into the plan's chunks, the tasks the threads
+ * share, each leaving per row a partial result (m, l, acc) that sa_attn_rows_merge combines:
+ * m = max m_c, l = sum l_c 2^(m_c - m), out = sum acc_c 2^(m_c - m) / l. */
 
-/* part = (m, l, acc[0:dv]) over keys [j0, j1) of batch item b (log2 units, as the tile kernel).
- * scratch: >= sa_attn_decode_scratch(dk) elements. */
-static void SA_FN(sa_attn_decode_part)(const sa_attn_args *a, int64_t b, int64_t j0, int64_t j1, SA_T *part,
-                                      SA_T *scratch) {
-    const int64_t dk = a->dk, dv = a->dv, rs_k = a->rs[1], rs_v = a->rs[2];
-    const int64_t dkv = dk - dk % SA_VL, dvv = dv - dv % SA_VL;
-    const SA_T *q = (const SA_T *)a->q + a->offsets[4 * b];
-    const SA_T *k = (const SA_T *)a->k + a->offsets[4 * b + 1];
-    const SA_T *v = (const SA_T *)a->v + a->offsets[4 * b + 2];
-    const uint8_t *mrow = a->masked ? a->mask + a->offsets[4 * b + 3] : NULL;
-    const SA_T masked_l2 = (SA_T)(SA_MASKED * SA_LOG2E), qscale = (SA_T)(SA_LOG2E / sqrt((double)dk));
-    SA_T *qs = scratch, *s = scratch + (dk + SA_COL_PAD), *acc = part + 2;
-    for (int64_t d = 0; d < dk; d++) qs[d] = q[d] * qscale;
-    for (int64_t c = 0; c < dv; c++) acc[c] = 0;
-    SA_T m = -INFINITY, l = 0;
-    for (int64_t k0 = j0; k0 < j1; k0 += SA_DEC_BLOCK) {
-        const int64_t nb = SA_DEC_BLOCK < j1 - k0 ? SA_DEC_BLOCK : j1 - k0;
-        int64_t j = 0;
-        for (; j + SA_VL <= nb; j += SA_VL)  /* SA_VL keys at a time */
-            STORE(s + j, SA_FN(dots)(qs, k + (k0 + j) * rs_k, rs_k, dk));
-        for (; j < nb; j++) {
-            const SA_T *kr = k + (k0 + j) * rs_k;
-            VEC c0 = SA_FN(splat)(0);
-            int64_t d = 0;
-            for (; d < dkv; d += SA_VL) c0 += LOAD(qs + d) * LOAD(kr + d);
-            SA_T s0 = SA_FN(hsum)(c0);
-            for (; d < dk; d++) s0 += qs[d] * kr[d];
-            s[j] = s0;
-        }
-        if (mrow)
-            for (j = 0; j < nb; j++) s[j] = mrow[k0 + j] ? s[j] : masked_l2;
-        for (j = nb; j < (nb + SA_VL - 1) / SA_VL * SA_VL; j++) s[j] = -INFINITY;  /* weighs 0 */
-        VEC mv = SA_FN(splat)(m);  /* a NaN score is not the max, but its weight, NaN, spreads */
-        for (j = 0; j < nb; j += SA_VL) mv = SA_FN(vmax)(LOAD(s + j), mv);
-        const SA_T mnew = SA_FN(hmax)(mv);
-        VEC sum = SA_FN(splat)(0);
-        for (j = 0; j < nb; j += SA_VL) {
-            VEC p = SA_FN(exp2v)(LOAD(s + j) - mnew);
-            STORE(s + j, p);
-            sum += p;
-        }
-        const SA_T alpha = (SA_T)exp2((double)(m - mnew));
-        l = l * alpha + SA_FN(hsum)(sum);
-        if (alpha != 1)
-            for (int64_t c = 0; c < dv; c++) acc[c] *= alpha;
-        m = mnew;
-        const SA_T *vb = v + k0 * rs_v;
-        int64_t c = 0;
-        for (; c + 8 * SA_VL <= dvv; c += 8 * SA_VL) {  /* eight registers of d_v: eight chains */
-            VEC a8[8];
-#pragma GCC unroll 8
-            for (int u = 0; u < 8; u++) a8[u] = LOAD(acc + c + u * SA_VL);
-            for (j = 0; j < nb; j++) {
-                const SA_T *vr = vb + j * rs_v + c;
-                const VEC p = SA_FN(splat)(s[j]);
-#pragma GCC unroll 8
-                for (int u = 0; u < 8; u++) a8[u] += p * LOAD(vr + u * SA_VL);
-            }
-#pragma GCC unroll 8
-            for (int u = 0; u < 8; u++) STORE(acc + c + u * SA_VL, a8[u]);
-        }
-        for (; c + 4 * SA_VL <= dvv; c += 4 * SA_VL) {  /* four registers of d_v: four chains */
-            VEC a0 = LOAD(acc + c), a1 = LOAD(acc + c + SA_VL), a2 = LOAD(acc + c + 2 * SA_VL);
-            VEC a3 = LOAD(acc + c + 3 * SA_VL);
-            for (j = 0; j < nb; j++) {
-                const SA_T *vr = vb + j * rs_v + c;
-                const SA_T p = s[j];
-                a0 += p * LOAD(vr); a1 += p * LOAD(vr + SA_VL); a2 += p * LOAD(vr + 2 * SA_VL);
-                a3 += p * LOAD(vr + 3 * SA_VL);
-            }
-            STORE(acc + c, a0); STORE(acc + c + SA_VL, a1); STORE(acc + c + 2 * SA_VL, a2);
-            STORE(acc + c + 3 * SA_VL, a3);
-        }
-        for (; c < dvv; c += SA_VL) {
-            VEC a0 = LOAD(acc + c);
-            for (j = 0; j < nb; j++) a0 += s[j] * LOAD(vb + j * rs_v + c);
-            STORE(acc + c, a0);
-        }
-        for (; c < dv; c++)
-            for (j = 0; j < nb; j++) acc[c] += s[j] * vb[j * rs_v + c];
+/* The partial results of chunk c, row r of its group at parts + (c->part + r) (dv + 2):
+ * (m, l, acc[0:dv]) over keys [c->j0, c->j1) in log2 units. scratch: >= sa_attn_rows_scratch(dk). */
+static void SA_FN(sa_attn_rows_part)(const sa_attn_plan *a, const sa_chunk *c, SA_T *parts, SA_T *scratch) {
+    const sa_group *g = a->groups + c->group;
+    const sa_unit *u = a->units + g->unit;
+    const int64_t dk = a->dk, dv = a->dv, rs_k = a->rs_k, rs_v = a->rs_v, nrows = g->nrows;
+    const int64_t dkv = dk - dk % SA_VL, dvv = dv - dv % SA_VL, ldq = dk + SA_COL_PAD;
+    const SA_T *k = (const SA_T *)a->k + u->k, *v = (const SA_T *)a->v + u->v;
+    const SA_T masked_l2 = (SA_T)(SA_MASKED * SA_LOG2E);
+    const int transform = sa_transforms(a);
+    const SA_T qscale = (SA_T)(a->scale * (transform ? 1.0 : SA_LOG2E));
+    SA_T *qs = scratch, *s = scratch + SA_ROWS_MAX * ldq;
+    for (int64_t r = 0; r < nrows; r++) {
+        const sa_row *row = a->rows + g->row0 + r;
+        const SA_T *q = (const SA_T *)a->q + a->items[row->item].q + row->i * a->rs_q;
+        SA_T *part = parts + (c->part + r) * (dv + 2);
+        for (int64_t d = 0; d < dk; d++) qs[r * ldq + d] = q[d] * qscale;
+        for (int64_t d = 0; d < dv + 2; d++) part[d] = 0;
+        part[0] = -INFINITY;
     }
-    part[0] = m, part[1] = l;
+    for (int64_t k0 = c->j0; k0 < c->j1; k0 += SA_DEC_BLOCK) {
+        const int64_t nb = SA_DEC_BLOCK < c->j1 - k0 ? SA_DEC_BLOCK : c->j1 - k0;
+        for (int64_t r = 0; r < nrows; r++) {
+            const sa_row *row = a->rows + g->row0 + r;
+            const sa_item *it = a->items + row->item;
+            const int64_t p = it->pos + row->i;
+            if (k0 + nb - 1 < p - a->left || k0 > p + a->right) continue;  /* no key of the block is seen */
+            SA_T *part = parts + (c->part + r) * (dv + 2), *acc = part + 2, *qr = qs + r * ldq;
+            int64_t j = 0;
+            for (; j + SA_VL <= nb; j += SA_VL)  /* SA_VL keys at a time */
+                STORE(s + j, SA_FN(dots)(qr, k + (k0 + j) * rs_k, rs_k, dk));
+            for (; j < nb; j++) {
+                const SA_T *kr = k + (k0 + j) * rs_k;
+                VEC c0 = SA_FN(splat)(0);
+                int64_t d = 0;
+                for (; d < dkv; d += SA_VL) c0 += LOAD(qr + d) * LOAD(kr + d);
+                SA_T s0 = SA_FN(hsum)(c0);
+                for (; d < dk; d++) s0 += qr[d] * kr[d];
+                s[j] = s0;
+            }
+            if (transform) {  /* natural units: softcap, bias, ALiBi, then log2 units */
+                if (a->softcap > 0) {
+                    const VEC cap = SA_FN(splat)((SA_T)a->softcap), inv = SA_FN(splat)((SA_T)(1 / a->softcap));
+                    for (j = 0; j < nb; j += SA_VL) STORE(s + j, cap * SA_FN(tanhv)(LOAD(s + j) * inv));
+                }
+                if (a->has_bias) {
+                    const SA_T *brow = (const SA_T *)a->bias + it->bias + row->i * a->rs_bias + k0;
+                    for (j = 0; j < nb; j++) s[j] += brow[j];
+                }
+                if (a->has_alibi) {
+                    const SA_T slope = -(SA_T)it->slope, d0 = (SA_T)(p - k0);  /* p - key = d0 - j */
+                    for (j = 0; j < nb; j++) s[j] += slope * SA_ABS(d0 - (SA_T)j);
+                }
+                for (j = 0; j < nb; j++) s[j] *= (SA_T)SA_LOG2E;
+            }
+            if (k0 < p - a->left || k0 + nb - 1 > p + a->right)  /* the window's edge is in the block */
+                for (j = 0; j < nb; j++)
+                    if (!SA_FN(in_window)(a, p, k0 + j)) s[j] = masked_l2;
+            if (a->has_mask) {
+                const uint8_t *mrow = a->mask + it->mask + row->i * a->rs_mask + k0;
+                for (j = 0; j < nb; j++) s[j] = mrow[j] ? s[j] : masked_l2;
+            }
+            for (j = nb; j < (nb + SA_VL - 1) / SA_VL * SA_VL; j++) s[j] = -INFINITY;  /* weighs 0 */
+            SA_T m = part[0];
+            VEC mv = SA_FN(splat)(m);  /* a NaN score is not the max, but its weight, NaN, spreads */
+            for (j = 0; j < nb; j += SA_VL) mv = SA_FN(vmax)(LOAD(s + j), mv);
+            const SA_T mnew = SA_FN(hmax)(mv), mref = mnew == -INFINITY ? 0 : mnew;  /* all -inf: weight 0 */
+            VEC sum = SA_FN(splat)(0);
+            for (j = 0; j < nb; j += SA_VL) {
+                VEC pj = SA_FN(exp2v)(LOAD(s + j) - mref);
+                STORE(s + j, pj);
+                sum += pj;
+            }
+            const SA_T alpha = (SA_T)exp2((double)(m - mref));
+            part[1] = part[1] * alpha + SA_FN(hsum)(sum);
+            if (alpha != 1)
+                for (int64_t cc = 0; cc < dv; cc++) acc[cc] *= alpha;
+            part[0] = mnew;
+            const SA_T *vb = v + k0 * rs_v;
+            int64_t cc = 0;
+            for (; cc + 8 * SA_VL <= dvv; cc += 8 * SA_VL) {  /* eight registers of d_v: eight chains */
+                VEC a8[8];
+#pragma GCC unroll 8
+                for (int w = 0; w < 8; w++) a8[w] = LOAD(acc + cc + w * SA_VL);
+                for (j = 0; j < nb; j++) {
+                    const SA_T *vr = vb + j * rs_v + cc;
+                    const VEC pj = SA_FN(splat)(s[j]);
+#pragma GCC unroll 8
+                    for (int w = 0; w < 8; w++) a8[w] += pj * LOAD(vr + w * SA_VL);
+                }
+#pragma GCC unroll 8
+                for (int w = 0; w < 8; w++) STORE(acc + cc + w * SA_VL, a8[w]);
+            }
+            for (; cc + 4 * SA_VL <= dvv; cc += 4 * SA_VL) {  /* four registers of d_v: four chains */
+                VEC a0 = LOAD(acc + cc), a1 = LOAD(acc + cc + SA_VL), a2 = LOAD(acc + cc + 2 * SA_VL);
+                VEC a3 = LOAD(acc + cc + 3 * SA_VL);
+                for (j = 0; j < nb; j++) {
+                    const SA_T *vr = vb + j * rs_v + cc;
+                    const SA_T pj = s[j];
+                    a0 += pj * LOAD(vr); a1 += pj * LOAD(vr + SA_VL); a2 += pj * LOAD(vr + 2 * SA_VL);
+                    a3 += pj * LOAD(vr + 3 * SA_VL);
+                }
+                STORE(acc + cc, a0); STORE(acc + cc + SA_VL, a1); STORE(acc + cc + 2 * SA_VL, a2);
+                STORE(acc + cc + 3 * SA_VL, a3);
+            }
+            for (; cc < dvv; cc += SA_VL) {
+                VEC a0 = LOAD(acc + cc);
+                for (j = 0; j < nb; j++) a0 += s[j] * LOAD(vb + j * rs_v + cc);
+                STORE(acc + cc, a0);
+            }
+            for (; cc < dv; cc++)
+                for (j = 0; j < nb; j++) acc[cc] += s[j] * vb[j * rs_v + cc];
+        }
+    }
 }
 
-/* out (dv) for batch item b from its nsplit partial results (each dv + 2 values). */
-static void SA_FN(sa_attn_decode_merge)(const sa_attn_args *a, int64_t b, int64_t nsplit, const SA_T *parts,
-                                       SA_T *out) {
+/* Each row of group g from its chunks' partial results: out[item.out + i dv ...]. */
+static void SA_FN(sa_attn_rows_merge)(const sa_attn_plan *a, const sa_group *g, const SA_T *parts) {
     const int64_t dv = a->dv;
-    SA_T m = -INFINITY, l = 0;
-    for (int64_t c = 0; c < nsplit; c++) {
-        const SA_T mc = parts[c * (dv + 2)];
-        m = (mc > m || mc != mc) ? mc : m;
+    const SA_T exact_below = (SA_T)((SA_MASKED + SA_EXACT_MARGIN) * SA_LOG2E);
+    for (int64_t r = 0; r < g->nrows; r++) {
+        const sa_row *row = a->rows + g->row0 + r;
+        const sa_item *it = a->items + row->item;
+        SA_T *out = (SA_T *)a->out + it->out + row->i * dv;
+        SA_T m = -INFINITY, l = 0;
+        for (int64_t c = g->chunk0; c < g->chunk0 + g->nchunks; c++) {
+            const SA_T mc = parts[(a->chunks[c].part + r) * (dv + 2)];
+            m = (mc > m || mc != mc) ? mc : m;
+        }
+        if (!(m >= exact_below)) {  /* see attention.h */
+            SA_FN(exact_row)(a, it, row->i, out);
+            continue;
+        }
+        for (int64_t d = 0; d < dv; d++) out[d] = 0;
+        for (int64_t c = g->chunk0; c < g->chunk0 + g->nchunks; c++) {
+            const SA_T *part = parts + (a->chunks[c].part + r) * (dv + 2);
+            if (part[0] == -INFINITY) continue;  /* no key of the chunk was seen */
+            const SA_T w = (SA_T)exp2((double)(part[0] - m));
+            l += part[1] * w;
+            for (int64_t d = 0; d < dv; d++) out[d] += part[2 + d] * w;
+        }
+        const SA_T inv = 1 / l;
+        for (int64_t d = 0; d < dv; d++) out[d] *= inv;
     }
-    if (m < (SA_T)((SA_MASKED + SA_EXACT_MARGIN) * SA_LOG2E)) {  /* see attention.h */
-        SA_FN(exact_row)(a, b, 0, out);
-        return;
-    }
-    for (int64_t d = 0; d < dv; d++) out[d] = 0;
-    for (int64_t c = 0; c < nsplit; c++) {
-        const SA_T *part = parts + c * (dv + 2);
-        const SA_T w = (SA_T)exp2((double)(part[0] - m));
-        l += part[1] * w;
-        for (int64_t d = 0; d < dv; d++) out[d] += part[2 + d] * w;
-    }
-    const SA_T inv = 1 / l;
-    for (int64_t d = 0; d < dv; d++) out[d] *= inv;
 }
 #undef SA_BR
+#undef SA_ABS

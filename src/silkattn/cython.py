@@ -1,10 +1,10 @@
 """The Cython (OpenMP) backend: compiled, multithreaded kernels (kernels/ -> silkattn._cy).
 
 Exports its Kernels record and the ops of silkattn.ops run on it alone: silkattn.cython.attention,
-softmax, layer_norm, bias_relu, add_layer_norm.
+softmax, layer_norm, attention_varlen, linear, bias_relu, bias_gelu, add_layer_norm.
 """
 from . import ops
-from ._backends import Kernels
+from ._backends import Kernels, TileGeometry
 from ._cy import attention as _attention
 from ._cy import feed_forward as _feed_forward
 from ._cy import layer_norm as _layer_norm
@@ -15,7 +15,7 @@ OPENMP = _softmax.OPENMP
 ISA = _softmax.ISA_NAME  # the kernel copy that runs: "avx512", "avx2", "generic" (or "avx2x64", forced)
 
 KERNELS = Kernels("cython", softmax=_softmax.softmax, layer_norm=_layer_norm.layer_norm,
-                  attention=_attention.attention, attention_decode=_attention.attention_decode,
+                  attention=_attention.attention, attention_tiles=TileGeometry(**_attention.TILES),
                   linear=_linear.linear, bias_relu=_feed_forward.bias_relu, bias_gelu=_feed_forward.bias_gelu,
                   add_layer_norm=_layer_norm.add_layer_norm, isa=ISA, openmp=OPENMP)
 
