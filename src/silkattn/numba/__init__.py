@@ -7,7 +7,7 @@ kernels are in softmax.py, layer_norm.py, attention.py, linear.py and feed_forwa
 layer in _simd.py, the kernel-contract entry points (packing, scheduling, workspace) in driver.py.
 """
 from .. import ops
-from .._backends import Kernels
+from .._backends import Kernels, TileGeometry
 from .._threads import openmp_defaults
 
 
@@ -25,10 +25,11 @@ def _start_threads():
 _start_threads()
 
 from . import _simd, driver  # noqa: E402  (after the thread pool has started)
+from .attention import BQ, R  # noqa: E402
 
 OPENMP = True  # Numba's own threading layer (omp, tbb or workqueue) is always there
 KERNELS = Kernels("numba", softmax=driver.softmax, layer_norm=driver.layer_norm, attention=driver.attention,
-                  attention_decode=driver.attention_decode, linear=driver.linear, bias_relu=driver.bias_relu,
+                  attention_tiles=TileGeometry(BQ, BQ, R), linear=driver.linear, bias_relu=driver.bias_relu,
                   bias_gelu=driver.bias_gelu, isa=f"{_simd.VBYTES * 8}-bit (llvm)")
 
 globals().update(ops.bind(KERNELS))

@@ -74,8 +74,14 @@ if numba.config.DISABLE_JIT:
     def vsub(x, y):
         return x - y
 
+    def vdiv(x, y):
+        return x / y
+
     def vmax(x, y):
         return np.where(y > x, y, x)
+
+    def vmin(x, y):
+        return np.where(y < x, y, x)
 
     def hsum(v):
         return v.sum(dtype=v.dtype)
@@ -210,9 +216,11 @@ else:
     vadd = _binary(lambda b, x, y: b.fadd(x, y))
     vmul = _binary(lambda b, x, y: b.fmul(x, y))
     vsub = _binary(lambda b, x, y: b.fsub(x, y))
+    vdiv = _binary(lambda b, x, y: b.fdiv(x, y))
     # max(x, y) as "y > x ? y : x": a NaN in y is dropped here, but the same NaN still reaches
     # exp(y - m) and so the row sum and the output, which end up NaN as in the reference.
     vmax = _binary(lambda b, x, y: b.select(b.fcmp_ordered(">", y, x), y, x))
+    vmin = _binary(lambda b, x, y: b.select(b.fcmp_ordered("<", y, x), y, x))  # likewise keeps a NaN in x
 
     @intrinsic
     def vfma(typingctx, x, y, z):
@@ -305,8 +313,9 @@ else:
 
         float32: degree-7 Cephes expf polynomial (~1-2 ulp); float64: degree-12 Taylor on |r| <= ln2/2
         (~2 ulp). Arguments below the smallest normal result give exactly 0 (so -inf gives 0). Only
-        for x <= 0, which is all the kernels pass (a score minus the running max): nothing is clamped
-        at the top, where 2^n would overflow the exponent field.
+        for x <= 0, which is what the kernels pass (a score minus the running max), or a small
+        positive x (attention's float64 softcap passes x <= 40): nothing is clamped at the top, where
+        2^n would overflow the exponent field.
         """
         if not isinstance(v, Vec):
             return None

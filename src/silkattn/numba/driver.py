@@ -1,10 +1,11 @@
 """The Numba backend's kernel-contract entry points (see silkattn._api): each sets Numba's thread
 count from the call's and runs the compiled kernels in softmax.py, layer_norm.py and attention.py.
-Attention's entry point also packs K and V, deals the tiles out to the threads, and keeps the
+Attention's entry point reads the call's plan (silkattn._plan), packs K and V, and keeps the
 per-thread workspace between calls."""
 import functools
 import math
 import threading
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -32,54 +33,95 @@ def layer_norm(x, g, b, eps, out, num_threads):
     _layer_norm.layer_norm_rows(x, g, b, eps, out, _use_threads(num_threads))
 
 
-def attention(q, k, v, mask, out, offsets, strides, Sq, Sk, d_k, d_v, causal, q_offset, masked, num_threads,
-              items=None):
-    """The kernel contract's attention; items (B, 3): each item's own Sq, Sk and output offset
-    (packed sequences), or None (every item Sq x Sk)."""
+def attention(plan, num_threads):
+    """The kernel contract's attention: one silkattn._plan.Plan, on its "tiles" path (K/V packed
+    once per unit, then the tasks) or its "rows" path (chunks of keys, merged per group)."""
     nthreads = _use_threads(num_threads)
-    B = len(offsets)
-    # K and V are packed once per distinct (K, V) batch item (they are often broadcast)
-    kv, unit = _units(offsets[:, 1:3].tobytes())
-    units = len(kv[0])
-    if items is None:
-        sq, sk, ooff, usk = _uniform(B, Sq, Sk, d_v, units)
-        sched, starts = _schedule(B, Sq, Sk, bool(causal), int(q_offset), nthreads)
-    else:
-        sq, sk, ooff = (np.ascontiguousarray(items[:, i]) for i in range(3))
-        sched, starts = _deal(_costs(sq, sk, bool(causal), int(q_offset)), nthreads)
-        usk = np.empty(units, np.int64)
-        usk[unit] = sk  # a unit's keys: those of the items that read it
-    lanes2 = 2 * VBYTES // out.itemsize  # the P V micro-kernel works on two registers of d_v
-    dvp = -(-d_v // lanes2) * lanes2
-    nkt = -(-Sk // _attention.BK)
-    kp = _workspace("kp", (units, nkt, d_k, _attention.BK), out.dtype)
-    vp = _workspace("vp", (units, nkt * _attention.BK, dvp), out.dtype)
-    work = _workspace("work", (nthreads, _attention.scratch_layout(d_k, dvp, Sk)[-1]), out.dtype)
+    t = _tables(plan)
+    dtype = plan.out.dtype
+    dk, dv = plan.dk, plan.dv
+    # the scalars as Python types: one compiled signature per dtype and operand layout
+    scalars = (int(plan.rs_q), int(plan.rs_k), int(plan.rs_v), int(plan.rs_mask), int(plan.rs_bias), dk, dv)
+    features = (float(plan.scale), float(plan.softcap), int(plan.left), int(plan.right), bool(plan.has_mask),
+                bool(plan.has_bias), bool(plan.has_alibi), nthreads)
+    if plan.path == "rows":
+        parts = _workspace("parts", (plan.parts * (dv + 2),), dtype)
+        work = _workspace("rows", (nthreads, _rows_scratch(dk, plan.sk_max)), dtype)
+        _attention.attention_rows(plan.q, plan.k, plan.v, plan.mask, plan.bias, plan.out, t.items, t.nslopes,
+                                  t.units, t.groups, t.rows, t.chunks, parts, *scalars, *features, work)
+        return
+    if plan.bq > _attention.BQ:
+        raise ValueError(f"the plan's tiles have {plan.bq} rows, more than the kernel's {_attention.BQ}")
+    lanes2 = 2 * VBYTES // dtype.itemsize  # the P V micro-kernel works on two registers of d_v
+    dvp = -(-dv // lanes2) * lanes2
+    kp = _workspace("kp", (t.ntiles * dk * _attention.BK,), dtype)
+    vp = _workspace("vp", (t.ntiles * _attention.BK * dvp,), dtype)
     # with threads, the parallel pack also wakes them for the tiles that follow
     pack = _attention.pack_kv if nthreads > 1 else _attention.pack_kv_serial
-    pack(k, v, kv[0], kv[1], int(strides[1]), int(strides[2]), usk, d_k, d_v, dvp, kp, vp)
-    qoff, koff, voff, moff = (np.ascontiguousarray(offsets[:, i]) for i in range(4))
-    qs, ks, vs, ms = (int(s) for s in strides)
-    _attention.attention_tiles(q, k, v, kp, vp, mask, out, qoff, koff, voff, moff, unit, sq, sk, ooff, qs, ks,
-                               vs, ms, Sk, d_k, d_v, bool(causal), int(q_offset), bool(masked), sched, starts,
-                               work)
+    pack(plan.k, plan.v, t.units, t.tile0, t.tile_unit, int(plan.rs_k), int(plan.rs_v), dk, dv, dvp, kp, vp)
+    work = _workspace("work", (nthreads, _tile_scratch(dk, dvp, plan.sk_max)), dtype)
+    _attention.attention_tiles(plan.q, plan.k, plan.v, plan.mask, plan.bias, plan.out, kp, vp, t.items,
+                               t.nslopes, t.units, t.tile0, t.tasks, *scalars, dvp, *features, work)
 
 
-def attention_decode(q, k, v, mask, out, offsets, strides, Sq, Sk, d_k, d_v, causal, q_offset, masked,
-                     num_threads):
-    """The kernel contract for one query row (Sq == 1): each item's keys cut into chunks the threads
-    share, partial results merged (see attention.decode_rows)."""
-    if Sq != 1:
-        raise ValueError("attention_decode takes one query row (Sq == 1)")
-    nthreads = _use_threads(num_threads)
-    B, nk = len(offsets), min(Sk, q_offset + 1) if causal else Sk  # keys past the query weigh 0
-    nsplit = -(-nk // _attention.DEC_CHUNK)
-    parts = _workspace("parts", (B * nsplit, d_v + 2), out.dtype)
-    work = _workspace("decode", (nthreads, _attention.decode_scratch(d_k)), out.dtype)
-    qoff, koff, voff, moff = (np.ascontiguousarray(offsets[:, i]) for i in range(4))
-    _attention.decode_rows(q, k, v, mask, out, qoff, koff, voff, moff, int(strides[1]), int(strides[2]), Sk,
-                           nk, d_k, d_v, int(q_offset), bool(causal), bool(masked), nsplit,
-                           _attention.DEC_CHUNK, parts, work)
+class _Tables(NamedTuple):
+    """A plan's tables as the kernels take them: int64 (n, fields) views (columns named in
+    attention.py), the items' ALiBi slopes negated and in the call's dtype (the reference's
+    -slope), and the tiles path's packed K/V tiles (tile0[u]: unit u's first tile; tile_unit[w]:
+    the unit of tile w; ntiles)."""
+    items: np.ndarray
+    nslopes: np.ndarray
+    units: np.ndarray
+    tasks: np.ndarray
+    groups: np.ndarray
+    rows: np.ndarray
+    chunks: np.ndarray
+    tile0: np.ndarray
+    tile_unit: np.ndarray
+    ntiles: int
+
+
+_tables_seen = {}  # ids of a plan's arrays -> (the arrays, kept so the ids stay theirs; their _Tables)
+_tables_lock = threading.Lock()
+_EMPTY = np.zeros((0, 1), np.int64)
+
+
+def _tables(plan):
+    """The _Tables of a plan, cached by its arrays' identity: a plan cached by shape (the plain call,
+    silkattn._api._plain_layout) brings the same arrays back, so repeated calls cost a look-up."""
+    arrays = (plan.items, plan.units, plan.tasks, plan.groups, plan.rows, plan.chunks)
+    key = (*map(id, arrays), plan.out.dtype.char)
+    hit = _tables_seen.get(key)
+    if hit is not None:
+        return hit[1]
+    units = _int_table(plan.units)
+    ntiles_u = -(-units[:, _attention.UN_SK] // _attention.BK)
+    tile0 = np.ascontiguousarray(np.cumsum(ntiles_u) - ntiles_u, np.int64)
+    nslopes = np.ascontiguousarray(-plan.items["slope"], plan.out.dtype)
+    work = (_EMPTY if a is None else _int_table(a) for a in arrays[2:])  # tasks, groups, rows, chunks
+    tables = _Tables(_int_table(plan.items), nslopes, units, *work, tile0,
+                     np.repeat(np.arange(len(units), dtype=np.int64), ntiles_u), int(ntiles_u.sum()))
+    with _tables_lock:
+        if len(_tables_seen) >= 64:  # the oldest entry out
+            del _tables_seen[next(iter(_tables_seen))]
+        _tables_seen[key] = (arrays, tables)
+    return tables
+
+
+def _int_table(records):
+    """A structured array of 8-byte fields as an int64 (n, fields) array (a view when contiguous)."""
+    records = np.ascontiguousarray(records)
+    return records.view(np.int64).reshape(len(records), records.dtype.itemsize // 8)
+
+
+@functools.lru_cache(maxsize=64)
+def _tile_scratch(dk, dvp, sk_max):
+    return _attention.tile_scratch(dk, dvp, sk_max)[-1]
+
+
+@functools.lru_cache(maxsize=64)
+def _rows_scratch(dk, sk_max):
+    return _attention.rows_scratch(dk, sk_max)
 
 
 def bias_relu(h, b, num_threads):
@@ -123,58 +165,3 @@ def _workspace(name, shape, dtype):
         if buf.nbytes <= _KEEP:
             store[(name, dtype)] = buf
     return buf[:size].reshape(shape)
-
-
-@functools.lru_cache(maxsize=64)
-def _units(kv_bytes):
-    """((K offsets, V offsets) of the distinct (K, V) pairs, the index of each batch item's pair):
-    from the pairs' bytes, so that repeated calls with the same batch layout cost a cache look-up.
-    The arrays are shared between calls: the kernels only read them."""
-    kv = np.frombuffer(kv_bytes, np.int64).reshape(-1, 2)
-    unit = np.zeros(1, np.int64)
-    if len(kv) > 1:
-        kv, unit = np.unique(kv, axis=0, return_inverse=True)
-    return _int64(kv[:, 0], kv[:, 1]), _int64(unit.reshape(-1))[0]
-
-
-@functools.lru_cache(maxsize=64)
-def _uniform(B, Sq, Sk, d_v, units):
-    """Per-item queries, keys and output offsets, and per-unit keys, for B items of Sq x Sk."""
-    return _int64(np.full(B, Sq), np.full(B, Sk), np.arange(B) * (Sq * d_v), np.full(units, Sk))
-
-
-def _int64(*arrays):
-    return tuple(np.ascontiguousarray(a, dtype=np.int64) for a in arrays)
-
-
-def _costs(sq, sk, causal, q_offset):
-    """The cost of each work item w = (query tile w // B, batch item w % B): key tiles visited
-    (fewer on causal tiles near the top; 0 for tiles past an item's queries)."""
-    BQ, BK = _attention.BQ, _attention.BK
-    B = len(sq)
-    w = np.arange(B * -(-int(sq.max()) // BQ), dtype=np.int64)
-    first, b = (w // B) * BQ, w % B
-    last_row = np.minimum(first + BQ, sq[b]) - 1 + q_offset  # its position
-    tiles = -(-sk[b] // BK)
-    cost = np.minimum(tiles, last_row // BK + 1) if causal else tiles
-    return np.where(first < sq[b], cost, 0)
-
-
-def _deal(cost, nthreads):
-    """Split the work items with cost > 0 over the threads: sorted by cost and dealt out in a snake
-    (0, 1, .., n-1, n-1, .., 0, 0, 1, ..), which evens out a causal triangle. Returns (items
-    grouped by thread, heaviest first within a thread; start of each thread's group)."""
-    order = np.argsort(-cost, kind="stable")
-    order = order[cost[order] > 0]
-    lap = np.arange(order.size) % (2 * nthreads)
-    thread = np.where(lap < nthreads, lap, 2 * nthreads - 1 - lap)
-    by_thread = np.argsort(thread, kind="stable")
-    starts = np.zeros(nthreads + 1, np.int64)
-    starts[1:] = np.cumsum(np.bincount(thread, minlength=nthreads))
-    return order[by_thread].astype(np.int64), starts
-
-
-@functools.lru_cache(maxsize=64)
-def _schedule(B, Sq, Sk, causal, q_offset, nthreads):
-    """_deal for B items of Sq queries and Sk keys (cached: repeated calls of one shape)."""
-    return _deal(_costs(np.full(B, Sq, np.int64), np.full(B, Sk, np.int64), causal, q_offset), nthreads)
