@@ -323,13 +323,14 @@ def _two_dims(a):
     return a.reshape((1,) * (2 - a.ndim) + a.shape) if a.ndim < 2 else a
 
 
-def _broadcast_operand(a, name, lead, Sq, Sk):
-    """The leading dims of a mask or bias broadcast with `lead`; a ValueError naming it if not."""
+def _broadcast_operand(a, name, lead, Sq, Sk, shape):
+    """The leading dims of a mask or bias broadcast with `lead`; a ValueError naming it (and the
+    caller's shape) if not."""
     try:
         lead = np.broadcast_shapes(lead, a.shape[:-2])
         np.broadcast_shapes(a.shape[-2:], (Sq, Sk))
     except ValueError:
-        raise ValueError(f"{name} of shape {a.shape} does not broadcast to {lead + (Sq, Sk)}") from None
+        raise ValueError(f"{name} of shape {shape} does not broadcast to {lead + (Sq, Sk)}") from None
     return lead
 
 
@@ -359,7 +360,7 @@ def prepare_attention(Q, K, V, mask, out, bias=None):
         if m.dtype.kind not in "biuf":
             raise TypeError(f"mask must be boolean (or 0/1 numbers), got dtype {m.dtype}")
         mask = _split_heads(m if m.dtype == bool else m != 0, "mask", Hq, g)  # 0/1 read as np.where does
-        lead = _broadcast_operand(_two_dims(mask), "mask", lead, Sq, Sk)
+        lead = _broadcast_operand(_two_dims(mask), "mask", lead, Sq, Sk, m.shape)
     if Sk == 0 and Sq:
         raise ValueError("K and V have no keys (Sk = 0): a softmax over no keys is undefined")
     if dk == 0:
@@ -367,10 +368,11 @@ def prepare_attention(Q, K, V, mask, out, bias=None):
     dtype = np.result_type(Q, K, V)
     if bias is not None:
         bias = np.asarray(bias)
+        shape = bias.shape
         if bias.dtype not in FLOATS and bias.dtype.kind not in "iu":
             raise TypeError(f"bias must be a float array (added to the scores), got dtype {bias.dtype}")
         bias = _split_heads(bias.astype(dtype, copy=False), "bias", Hq, g)
-        lead = _broadcast_operand(_two_dims(bias), "bias", lead, Sq, Sk)
+        lead = _broadcast_operand(_two_dims(bias), "bias", lead, Sq, Sk, shape)
     Q, K, V = (a.astype(dtype, copy=False) for a in (Q, K, V))
     out_lead = lead[:-2] + (lead[-2] * lead[-1],) if g > 1 else lead  # (..., Hkv, g) -> (..., Hq)
     return Q, K, V, mask, bias, lead, check_out(out, out_lead + (Sq, dv), dtype, [Q, K, V]), g

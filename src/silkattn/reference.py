@@ -61,8 +61,8 @@ def attention(Q, K, V, mask=None, *, scale=None, softcap=None, bias=None, alibi_
 
 def kv_heads(Q, K):  # K: (..., Hkv, Sk, d) -> (..., Hq, Sk, d) for grouped-query attention
     """K with each of its Hkv heads repeated Hq // Hkv times (query head h reads K head h // g)."""
-    if Q.ndim < 3 or K.ndim < 3 or K.shape[-3] in (1, Q.shape[-3]):
-        return K  # as many heads, or one broadcast over them (multi-query): plain broadcasting
+    if Q.ndim < 3 or K.ndim < 3 or K.shape[-3] in (1, Q.shape[-3]) or Q.shape[-3] % K.shape[-3]:
+        return K  # as many heads, one broadcast over them (multi-query), or no grouping: broadcasting
     return np.repeat(K, Q.shape[-3] // K.shape[-3], axis=-3)
 
 

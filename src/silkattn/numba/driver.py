@@ -38,6 +38,7 @@ def attention(plan, num_threads):
     once per unit, then the tasks) or its "rows" path (chunks of keys, merged per group)."""
     nthreads = _use_threads(num_threads)
     t = _tables(plan)
+    q, k, v, mask, bias = (_read_only(a) for a in (plan.q, plan.k, plan.v, plan.mask, plan.bias))
     dtype = plan.out.dtype
     dk, dv = plan.dk, plan.dv
     # the scalars as Python types: one compiled signature per dtype and operand layout
@@ -47,7 +48,7 @@ def attention(plan, num_threads):
     if plan.path == "rows":
         parts = _workspace("parts", (plan.parts * (dv + 2),), dtype)
         work = _workspace("rows", (nthreads, _rows_scratch(dk, plan.sk_max)), dtype)
-        _attention.attention_rows(plan.q, plan.k, plan.v, plan.mask, plan.bias, plan.out, t.items, t.nslopes,
+        _attention.attention_rows(q, k, v, mask, bias, plan.out, t.items, t.nslopes,
                                   t.units, t.groups, t.rows, t.chunks, parts, *scalars, *features, work)
         return
     if plan.bq > _attention.BQ:
@@ -58,10 +59,21 @@ def attention(plan, num_threads):
     vp = _workspace("vp", (t.ntiles * _attention.BK * dvp,), dtype)
     # with threads, the parallel pack also wakes them for the tiles that follow
     pack = _attention.pack_kv if nthreads > 1 else _attention.pack_kv_serial
-    pack(plan.k, plan.v, t.units, t.tile0, t.tile_unit, int(plan.rs_k), int(plan.rs_v), dk, dv, dvp, kp, vp)
+    pack(k, v, t.units, t.tile0, t.tile_unit, int(plan.rs_k), int(plan.rs_v), dk, dv, dvp, kp, vp)
     work = _workspace("work", (nthreads, _tile_scratch(dk, dvp, plan.sk_max)), dtype)
-    _attention.attention_tiles(plan.q, plan.k, plan.v, plan.mask, plan.bias, plan.out, kp, vp, t.items,
+    _attention.attention_tiles(q, k, v, mask, bias, plan.out, kp, vp, t.items,
                                t.nslopes, t.units, t.tile0, t.tasks, *scalars, dvp, *features, work)
+
+
+def _read_only(a):
+    """a as a read-only view: the kernels only read their operands, and one writability for all of
+    them keeps Numba at one compiled signature per dtype (each mix of writable and read-only arrays
+    would be compiled anew)."""
+    if not a.flags.writeable:
+        return a
+    a = a.view()
+    a.flags.writeable = False
+    return a
 
 
 class _Tables(NamedTuple):
