@@ -20,9 +20,26 @@ def _tensor(a):
     return np.asarray(a).view(Tensor)
 
 
-def _sdpa(q, k, v, is_causal=False):
-    mask = ref.causal_mask(q.shape[-2], k.shape[-2]) if is_causal else None  # top-left, as torch's
-    return _tensor(ref.attention(np.asarray(q), np.asarray(k), np.asarray(v), mask))
+def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """torch's rules: attn_mask bool (True: the key takes part) or float (added to the scores, in
+    the query's dtype), never with is_causal (top-left); fewer K/V heads only with enable_gqa."""
+    q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
+    assert dropout_p == 0.0
+    if k.shape[-3:-2] != q.shape[-3:-2] and not enable_gqa:
+        raise RuntimeError(f"SDPA without enable_gqa needs as many K/V heads as Q's: {q.shape}, {k.shape}")
+    mask = bias = None
+    if attn_mask is not None:
+        if is_causal:
+            raise RuntimeError("Explicit attn_mask should not be set when is_causal=True")
+        attn_mask = np.asarray(attn_mask)
+        if attn_mask.dtype == bool:
+            mask = attn_mask
+        else:
+            assert attn_mask.dtype == q.dtype, ("a float attn_mask in the query's dtype", attn_mask.dtype)
+            bias = attn_mask
+    elif is_causal:
+        mask = ref.causal_mask(q.shape[-2], k.shape[-2])  # top-left, as torch's
+    return _tensor(ref.attention(q, k, v, mask, scale=scale, bias=bias))
 
 
 def _layer_norm(x, shape, weight, bias, eps=1e-5):

@@ -3,6 +3,7 @@ the reference's shape and dtype and agrees with it. Sizes are shrunk to test spe
 stand-in of fake_torch.py, so the rivals' glue is checked without torch installed."""
 import sys
 
+import numpy as np
 import pytest
 
 import silkattn
@@ -16,8 +17,13 @@ SMALL = {"S": 40, "rows": 12, "prompt": 12, "sentences": 5, "max_words": 20}
 SMALL_NEW = 4  # tokens a shrunk generate case writes
 
 
+SMALL_WINDOW = 7  # a window's sides, at most, once S is shrunk: narrower than S, so the window hides keys
+
+
 def shrink(c):
     small = {k: v for k, v in SMALL.items() if k in c}
+    if "window" in c:
+        small["window"] = [min(w, SMALL_WINDOW) for w in c["window"]]
     return dict(c, **small, **({"new": min(c["new"], SMALL_NEW)} if "new" in c else {}))
 
 
@@ -77,3 +83,42 @@ def test_plot_leaves_out_contenders_without_attention(tmp_path):
     results = {2: {"cython": times, "sentence-transformers": [None] * len(cases), "sgemm": 100.0}}
     bench.plot(cases, results, ["cython", "sentence-transformers"], tmp_path / "plot.png")
     assert (tmp_path / "plot.png").stat().st_size > 0
+
+
+def test_rule_cases_are_in_the_full_set_only_and_rules_match_selects_them_with_their_baselines():
+    """`bench --full --match RULES_MATCH` runs the rule cases beside the plain cases they are read
+    against; the quick set (CI's bench run) has none of them."""
+    import re
+    full, quick = specs.all_cases(full=True), specs.all_cases(full=False)
+    rules = specs.attention_rule_cases()
+    assert not any(c in quick for c in rules) and all(c in full for c in rules + specs.RULE_BASELINES)
+    chosen = [c for c in full if re.search(specs.RULES_MATCH, specs.case_name(c))]
+    assert sorted(map(specs.case_name, chosen)) == sorted(map(specs.case_name, rules + specs.RULE_BASELINES))
+    names = [specs.case_name(c) for c in rules]
+    assert "attention (1,32,2048,64) kv_heads=8 causal float32" in names
+    assert "attention (1,8,16384,64) window=(1024,0) causal float32" in names
+
+
+def test_rule_cases_figures():
+    rules = {specs.case_name(c): c for c in specs.attention_rule_cases()}
+    decode = rules["attention (1,32,1,64) vs 4096 keys kv_heads=8 float32"]
+    assert decode["kv_bytes"] == 2 * 8 * 4096 * 64 * 4
+    assert specs.alibi_slopes(8).tolist() == [2.0 ** -(h + 1) for h in range(8)]
+    # a window of 1024 behind each query: (1025 S - 1024 * 1025 / 2) pairs a head
+    S = 16384
+    window = rules[f"attention (1,8,{S},64) window=(1024,0) causal float32"]
+    assert specs.case_gflop(window) * 1e9 == 4 * 64 * 8 * (1025 * S - 1024 * 1025 // 2)
+    few = rules["attention (1,8,3,64) vs 2048 keys causal float32"]  # queries at 2045, 2046, 2047
+    assert specs.case_gflop(few) * 1e9 == 4 * 64 * 8 * (2046 + 2047 + 2048)
+    plain = dict(op="attention", S=2048, heads=8, dk=64, causal=True, dtype="float32")
+    assert specs.case_gflop(rules["attention (1,8,2048,64) alibi causal float32"]) == specs.case_gflop(plain)
+
+
+@pytest.mark.parametrize("case", specs.attention_rule_cases(), ids=specs.case_name)
+def test_the_blocked_reference_gives_the_references_answer(monkeypatch, case):
+    """Past REFERENCE_BUDGET score elements a rule case's reference runs in blocks of query rows,
+    each against the keys its rule can show: the answer is the reference's, in float64 to rounding."""
+    small = dict(shrink(case), dtype="float64")
+    whole = specs.build("numpy", small).run()
+    monkeypatch.setattr(specs, "REFERENCE_BUDGET", 64)
+    np.testing.assert_allclose(specs.build("numpy", small).run(), whole, rtol=1e-12, atol=1e-13)
