@@ -9,6 +9,7 @@ the timed call, so a fast wrong answer fails. Thread count: SILKATTN_BENCH_THREA
 recorded in extra_info.
 """
 import os
+import re
 
 import pytest
 
@@ -50,10 +51,12 @@ def run_case(benchmark, contender, case):
     benchmark.pedantic(call.run, warmup_rounds=2, rounds=10 if contender != "numpy" else 3, iterations=1)
 
 
-def cases_of(op, full=False):
-    """Parametrize a test over the op's cases and the contenders that have a call for it."""
+def cases_of(op, full=False, match=None):
+    """Parametrize a test over the op's cases (those whose name matches the regular expression
+    `match`, if given) and the contenders that have a call for it."""
     contenders = pytest.mark.parametrize("contender", OURS + list(specs.OPS[op].rivals), indirect=True)
-    shapes = pytest.mark.parametrize("case", specs.OPS[op].cases(full), ids=specs.case_name)
+    cases = [c for c in specs.OPS[op].cases(full) if match is None or re.search(match, specs.case_name(c))]
+    shapes = pytest.mark.parametrize("case", cases, ids=specs.case_name)
     return lambda test: shapes(contenders(test))
 
 

@@ -97,7 +97,8 @@ def table(cases, results, contenders, ours=("cython",)):
     numpy."""
     rivals = [r for r in contenders if r in RIVALS and r != "numpy"]
     lines = []
-    head = f"{'case':50s} {'thr':>3s} " + " ".join(f"{SHORT.get(n, n) + ' ms':>11s}" for n in contenders)
+    width = max([50] + [len(case_name(c)) for c in cases])  # the rule cases' names run longer
+    head = f"{'case':{width}s} {'thr':>3s} " + " ".join(f"{SHORT.get(n, n) + ' ms':>11s}" for n in contenders)
     for name in ours:
         head += f" {name[:6] + ' GF/s':>12s} {'%sgemm':>6s}"
         for r in rivals:
@@ -112,7 +113,7 @@ def table(cases, results, contenders, ours=("cython",)):
         lines.append(f"-- {threads} thread(s): numpy sgemm {sgemm or float('nan'):.0f} GFLOP/s, "
                      f"dgemm {res.get('dgemm', float('nan')):.0f} GFLOP/s (the ceiling)")
         for i, c in enumerate(cases):
-            row = f"{case_name(c):50s} {threads:3d} " + " ".join(_ms(res[n][i]) for n in contenders)
+            row = f"{case_name(c):{width}s} {threads:3d} " + " ".join(_ms(res[n][i]) for n in contenders)
             for name in ours:
                 g, t = case_gflop(c), res[name][i]
                 ceiling = sgemm if c.get("dtype") == "float32" else res.get("dgemm")
@@ -181,11 +182,12 @@ def scaling(cases, results, ours):
     """Speed-up from 1 to 2 threads for each of our backends (attention cases only)."""
     if 1 not in results or 2 not in results:
         return ""
-    lines = [f"{'2-thread speed-up':44s} " + " ".join(f"{n:>10s}" for n in ours)]
+    width = max([44] + [len(case_name(c)) for c in cases if c["op"] == "attention"])
+    lines = [f"{'2-thread speed-up':{width}s} " + " ".join(f"{n:>10s}" for n in ours)]
     for i, c in enumerate(cases):
         if c["op"] == "attention":
             speedups = (_ratio(results[1][n][i], results[2][n][i], 11) for n in ours)
-            lines.append(f"{case_name(c):44s} " + " ".join(speedups))
+            lines.append(f"{case_name(c):{width}s} " + " ".join(speedups))
     return "\n".join(lines)
 
 

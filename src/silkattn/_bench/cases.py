@@ -55,7 +55,8 @@ def _inference(torch, fn):
 
 def attention_cases(full):
     """One head (S, 64) and eight heads (1, 8, S, 64), causal and not; the quick set keeps the
-    float32 cases with S = 512 and 2048 (one head) and S = 512 (eight heads)."""
+    float32 cases with S = 512 and 2048 (one head) and S = 512 (eight heads). The full set adds
+    the rule cases (attention_rule_cases)."""
     cases = []
     for dtype in ("float32", "float64"):
         for S in (128, 512, 2048, 4096):
@@ -66,19 +67,107 @@ def attention_cases(full):
                         cases.append(dict(op="attention", S=S, heads=heads, dk=64, causal=causal,
                                           dtype=dtype))
     # one new query against a KV cache of S keys (a decoding step), eight heads
-    cases += [dict(op="attention", S=S, Sq=1, heads=8, dk=64, causal=False, dtype="float32")
+    cases += [_decode(dict(op="attention", S=S, Sq=1, heads=8, dk=64, causal=False, dtype="float32"))
               for S in ((512, 4096) if full else (4096,))]
-    return cases
+    return cases + (attention_rule_cases() if full else [])
 
 
-def _attention_shape(c, rows):
-    return (rows, c["dk"]) if not c["heads"] else (1, c["heads"], rows, c["dk"])
+def _decode(c):
+    """A one-query case with kv_bytes: the bytes of K/V cache one call reads (what bounds a decoding
+    step: GB/s = kv_bytes / time), also written to `bench --json` with the case."""
+    return dict(c, kv_bytes=kv_bytes(c))
+
+
+def kv_bytes(c):
+    """Bytes of the K and V arrays of an attention case (its KV cache, for a decoding step)."""
+    return 2 * (c.get("kv_heads") or max(c["heads"], 1)) * c["S"] * c["dk"] * np.dtype(c["dtype"]).itemsize
+
+
+def alibi_slopes(heads):
+    """ALiBi's standard slopes for a power-of-two head count: 2 ** (-8 (h + 1) / heads)."""
+    assert heads & (heads - 1) == 0, "ALiBi's closed form is for a power-of-two head count"
+    return 2.0 ** (-8.0 * np.arange(1, heads + 1) / heads)
+
+
+def attention_rule_cases():
+    """silkattn.attention's keywords, float32 (--full only: too big for the quick CI run):
+    grouped-query attention, prefill (32 query heads on 8 K/V heads, causal) and a decoding step
+    (one query after 4095 cached keys, non-causal: the same rule); a sliding window (1024, 0), causal,
+    at S = 8192 and 16384 (its cost grows linearly in S); ALiBi (the standard slopes for 8 heads),
+    causal; a few new queries (3, 8) after a cache, causal (q_offset = S - Sq). torch takes each
+    rule the only way it can: enable_gqa=True; is_causal where its top-left rule is the same; else a
+    dense mask, built outside the timed call (a bool (Sq, Sk) one for the window and the few-query
+    rows; a float (1, 8, S, S) one for ALiBi: the bias, -inf above the diagonal). They are read
+    against the plain cases RULE_BASELINES (the same run: `bench --full --match RULES_MATCH`)."""
+    base = dict(op="attention", dk=64, dtype="float32")
+    return [
+        dict(base, S=2048, heads=32, kv_heads=8, causal=True),
+        _decode(dict(base, S=4096, Sq=1, heads=32, kv_heads=8, causal=False)),
+        dict(base, S=8192, heads=8, causal=True, window=[1024, 0]),
+        dict(base, S=16384, heads=8, causal=True, window=[1024, 0]),
+        dict(base, S=2048, heads=8, causal=True, alibi=True),
+        dict(base, S=2048, Sq=3, heads=8, causal=True),
+        dict(base, S=2048, Sq=8, heads=8, causal=True),
+    ]
+
+
+# the full set's plain cases the rule cases are read against: ALiBi and GQA prefill against the
+# plain causal call of their K/V shape; the per-head cost of the 8-head call against the one-head
+# one; the GQA decoding step against the 8-head one reading the same 16 MiB of K/V cache
+RULE_BASELINES = [dict(op="attention", S=2048, heads=heads, dk=64, causal=causal, dtype="float32")
+                  for heads in (0, 8) for causal in (False, True)] + [
+    _decode(dict(op="attention", S=4096, Sq=1, heads=8, dk=64, causal=False, dtype="float32"))]
+# the --match pattern that selects the rule cases and their baselines (and nothing else) in the full set
+RULES_MATCH = (r"kv_heads|window|alibi|vs 2048 keys|attention \((1,8,)?2048,64\)( causal)? float32"
+               r"|attention \(1,8,1,64\) vs 4096 keys")
+
+
+def _q_offset(c):
+    """Where the first query sits: a block of Sq new queries comes after S - Sq cached keys, for
+    the rules that place queries (causal, window, ALiBi); a non-causal one-query case needs none."""
+    positioned = c["causal"] or c.get("window") or c.get("alibi")
+    return c["S"] - c["Sq"] if "Sq" in c and positioned else 0
+
+
+def _rules(c):
+    """silkattn.attention's (and the reference's) keywords for case c."""
+    kw = dict(causal=c["causal"])
+    if c.get("window"):
+        kw["window"] = tuple(c["window"])
+    if c.get("alibi"):
+        kw["alibi_slopes"] = alibi_slopes(c["heads"])
+    if _q_offset(c):
+        kw["q_offset"] = _q_offset(c)
+    return kw
+
+
+def _attention_shape(c, rows, heads=None):
+    heads = heads or c["heads"]
+    return (rows, c["dk"]) if not heads else (1, heads, rows, c["dk"])
 
 
 def _attention_inputs(c):
     rng = _rng()
-    rows = (c.get("Sq", c["S"]), c["S"], c["S"])  # queries, keys, values
-    return [rng.standard_normal(_attention_shape(c, n)).astype(c["dtype"]) for n in rows]
+    kv = c.get("kv_heads") or c["heads"]
+    shapes = (_attention_shape(c, c.get("Sq", c["S"])), _attention_shape(c, c["S"], kv),
+              _attention_shape(c, c["S"], kv))  # queries, keys, values
+    return [rng.standard_normal(shape).astype(c["dtype"]) for shape in shapes]
+
+
+def _attention_torch_mask(c, dtype):
+    """The dense mask that gives torch's SDPA case c's rule, or None where is_causal does: bool
+    (Sq, Sk), True where a key is seen; with ALiBi a float (1, H, Sq, Sk) one: the bias, -inf where
+    a key is hidden (a 3-D float mask sends SDPA down its math path, a 4-D one does not)."""
+    from silkattn import reference as ref
+    Sq, Sk, q_offset = c.get("Sq", c["S"]), c["S"], _q_offset(c)
+    if not (c.get("window") or c.get("alibi") or q_offset):
+        return None
+    window = tuple(c["window"]) if c.get("window") else None
+    shown = ref.visible(Sq, Sk, q_offset, c["causal"], window)
+    if not c.get("alibi"):
+        return shown
+    bias = ref.alibi(alibi_slopes(c["heads"]), Sq, Sk, q_offset, np.dtype(dtype))
+    return np.where(shown, bias, -np.inf).astype(dtype)[None]
 
 
 def _attention_torch(c, args):
@@ -87,30 +176,94 @@ def _attention_torch(c, args):
     # a plain (S, d) input sends SDPA down a slow math path: give it 4-D views, and the answer
     # back in the reference's shape
     t = [torch.from_numpy(a).reshape((1,) * (4 - a.ndim) + a.shape) for a in args]
-    return Call(_inference(torch, lambda: F.scaled_dot_product_attention(*t, is_causal=c["causal"])),
+    mask = _attention_torch_mask(c, args[0].dtype)
+    kw = dict(is_causal=c["causal"]) if mask is None else dict(attn_mask=torch.from_numpy(mask))
+    if c.get("kv_heads"):
+        kw["enable_gqa"] = True
+    return Call(_inference(torch, lambda: F.scaled_dot_product_attention(*t, **kw)),
                 lambda out: out.numpy().reshape(args[0].shape))
+
+
+# the reference's scores (and its softmax's temporaries) are query heads x query rows x keys: past
+# this many elements, a rule case's reference runs in blocks of query rows (see _blocked_reference)
+REFERENCE_BUDGET = 1 << 25
 
 
 def _attention_reference(c, args):
     from silkattn import reference as ref
-    mask = ref.causal_mask(c["S"]) if c["causal"] else None
-    return Call(lambda: ref.attention(*args, mask))
+    kw = _rules(c)
+    if set(kw) == {"causal"} and not c.get("kv_heads"):  # the plain cases, as they always ran
+        mask = ref.causal_mask(c["S"]) if c["causal"] else None
+        return Call(lambda: ref.attention(*args, mask))
+    return Call(lambda: _blocked_reference(ref, *args, **kw))
+
+
+def _blocked_reference(ref, Q, K, V, causal=False, window=None, alibi_slopes=None, q_offset=0):
+    """reference.attention, by blocks of query rows when its scores would pass REFERENCE_BUDGET
+    elements, each block against the keys its rule can show: the same answer (a hidden key's
+    weight is exactly 0, and every row here sees at least its own position), in bounded memory
+    and, with a window, in time linear in S."""
+    Sq, Sk = Q.shape[-2], K.shape[-2]
+    heads = Q.size // (Sq * Q.shape[-1]) if Sq else 1
+    if heads * Sq * Sk <= REFERENCE_BUDGET:
+        return ref.attention(Q, K, V, causal=causal, window=window, alibi_slopes=alibi_slopes,
+                             q_offset=q_offset)
+    left, right = (-1, -1) if window is None else window
+    if left < 0:  # every block reads all keys (up to its last query, if causal)
+        rows = max(1, REFERENCE_BUDGET // (heads * Sk))
+    else:  # blocks of at most left + 1 queries, which reach at most 2 left + 1 keys (causal)
+        rows = max(1, min(left + 1, REFERENCE_BUDGET // (heads * min(Sk, 2 * left + 1))))
+    out = []
+    for r0 in range(0, Sq, rows):
+        r1 = min(Sq, r0 + rows)
+        first, last = q_offset + r0, q_offset + r1 - 1  # the block's query positions
+        lo = max(0, first - left) if left >= 0 else 0
+        hi = Sk if not causal and right < 0 else min(Sk, last + 1 if causal else last + right + 1)
+        out.append(ref.attention(Q[..., r0:r1, :], K[..., lo:hi, :], V[..., lo:hi, :], causal=causal,
+                                 window=window, alibi_slopes=alibi_slopes, q_offset=first - lo))
+    return np.concatenate(out, axis=-2)
 
 
 def _attention_label(c):
+    rules = f" kv_heads={c['kv_heads']}" if c.get("kv_heads") else ""
+    if c.get("window"):
+        rules += f" window=({c['window'][0]},{c['window'][1]})"
+    rules += (" alibi" if c.get("alibi") else "") + (" causal" if c["causal"] else "")
     if "Sq" in c:  # a query block against S cached keys
-        return f"attention (1,{c['heads']},{c['Sq']},{c['dk']}) vs {c['S']} keys {c['dtype']}"
+        return f"attention (1,{c['heads']},{c['Sq']},{c['dk']}) vs {c['S']} keys{rules} {c['dtype']}"
     shape = f"({c['S']},{c['dk']})" if not c["heads"] else f"(1,{c['heads']},{c['S']},{c['dk']})"
-    return f"attention {shape}{' causal' if c['causal'] else ''} {c['dtype']}"
+    return f"attention {shape}{rules} {c['dtype']}"
+
+
+def _visible_pairs(c):
+    """(query, key) pairs case c's rule shows, per head."""
+    Sq, Sk = c.get("Sq", c["S"]), c["S"]
+    p = _q_offset(c) + np.arange(Sq)
+    left, right = c.get("window") or (-1, -1)
+    lo = np.maximum(p - left, 0) if left >= 0 else np.zeros_like(p)
+    hi = np.full_like(p, Sk - 1)
+    if c["causal"]:
+        hi = np.minimum(hi, p)
+    if right >= 0:
+        hi = np.minimum(hi, p + right)
+    return int(np.maximum(hi - lo + 1, 0).sum())
+
+
+def _attention_gflop(c):
+    """4 d_k flops per (query, key) pair a head computes: S^2 (half if causal) for the plain cases,
+    the pairs the rule shows for a window or a causal block of queries after a cache."""
+    Sq, Sk = c.get("Sq", c["S"]), c["S"]
+    exact = c.get("window") or (c["causal"] and Sq != Sk)
+    pairs = _visible_pairs(c) if exact else Sq * Sk / (1 + c["causal"])
+    return 4.0 * pairs * c["dk"] * max(c["heads"], 1) / GFLOP
 
 
 ATTENTION = Op(
     "attention", attention_cases, label=_attention_label,
     inputs=_attention_inputs,
-    silkattn=lambda c, args, sa: Call(lambda: sa.attention(*args, causal=c["causal"])),
+    silkattn=lambda c, args, sa: Call(lambda: sa.attention(*args, **_rules(c))),
     rivals={"numpy": _attention_reference, "torch": _attention_torch},
-    gflop=lambda c: 4.0 * c.get("Sq", c["S"]) * c["S"] * c["dk"] * max(c["heads"], 1) / (1 + c["causal"])
-    / GFLOP,
+    gflop=_attention_gflop,
 )
 
 
