@@ -82,10 +82,12 @@ static size_t sa_attn_scratch_bytes(const sa_attn_plan *a, size_t tsize) {
     return (size_t)cur;
 }
 
-/* The rows path's scratch (elements): each row's scaled query, then one block of scores. */
+/* The rows path's scratch (elements): per row its scaled query, a block of scores, its
+ * accumulator, max and sum; then one block of V padded to whole vectors. */
 #define SA_ROWS_MAX 16
-static size_t sa_attn_rows_scratch(int64_t dk) {
-    return (size_t)(SA_ROWS_MAX * (dk + SA_COL_PAD) + SA_DEC_BLOCK + SA_COL_PAD);
+static size_t sa_attn_rows_scratch(int64_t dk, int64_t dv) {
+    const size_t dvp = (size_t)(dv + SA_COL_PAD);  /* >= d_v rounded up to whole vectors */
+    return SA_ROWS_MAX * ((size_t)(dk + SA_COL_PAD) + SA_DEC_BLOCK + SA_COL_PAD + dvp + 2) + SA_DEC_BLOCK * dvp;
 }
 #endif
 

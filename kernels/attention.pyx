@@ -45,7 +45,7 @@ cdef extern from "attention.h" nogil:
         const sa_chunk *chunks
     int SA_MR, SA_MR_WIDE, SA_BQ, SA_BK
     size_t sa_attn_scratch_bytes(const sa_attn_plan *a, size_t tsize)
-    size_t sa_attn_rows_scratch(int64_t dk)
+    size_t sa_attn_rows_scratch(int64_t dk, int64_t dv)
     void sa_attn_tile_f32(int isa, const sa_attn_plan *a, const sa_task *t, void *scratch)
     void sa_attn_tile_f64(int isa, const sa_attn_plan *a, const sa_task *t, void *scratch)
     void sa_attn_rows_part_f32(int isa, const sa_attn_plan *a, const sa_chunk *c, float *parts, float *scratch)
@@ -120,7 +120,7 @@ cdef _rows(sa_attn_plan *a, plan, floating *dtype, int num_threads):
     cdef floating *parts = <floating *>malloc(nparts * sizeof(floating))
     if parts == NULL:
         raise MemoryError(f"attention could not allocate {nparts} partial results")
-    cdef size_t nscratch = sa_attn_rows_scratch(a.dk) * sizeof(floating)
+    cdef size_t nscratch = sa_attn_rows_scratch(a.dk, a.dv) * sizeof(floating)
     cdef floating *scratch
     cdef int failed = 0
     with nogil:

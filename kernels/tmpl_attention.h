@@ -202,9 +202,15 @@ static void SA_FN(sa_attn_tile)(const sa_attn_plan *a, const sa_task *task, void
             for (int64_t j = nk6; j < nk; j++) memcpy(kpad + (j - nk6) * dk, k + (k0 + j) * rs_k, sizeof(SA_T) * dk);
         }
         for (int64_t c0 = 0; c0 < nqv; c0 += SA_NR) {
+            /* the tile's keys these query columns can see: a register block wholly outside (the
+             * causal diagonal's upper part, a window's edge) is not computed; the masking below
+             * covers it, `partial` being set for such a tile */
+            const int64_t jlo = pb + c0 - a->left - k0, jhi = pb + c0 + SA_NR - 1 + a->right - k0;
             for (int64_t j0 = 0; j0 < nk6; j0 += SA_BR)
-                SA_FN(qk_block)(k + (k0 + j0) * rs_k, rs_k, dk, qt + c0, ldq, st + j0 * ldq + c0, ldq);
-            if (nk6 < nk) SA_FN(qk_block)(kpad, dk, dk, qt + c0, ldq, st + nk6 * ldq + c0, ldq);
+                if (j0 <= jhi && j0 + SA_BR - 1 >= jlo)
+                    SA_FN(qk_block)(k + (k0 + j0) * rs_k, rs_k, dk, qt + c0, ldq, st + j0 * ldq + c0, ldq);
+            if (nk6 < nk && nk6 <= jhi && nk - 1 >= jlo)
+                SA_FN(qk_block)(kpad, dk, dk, qt + c0, ldq, st + nk6 * ldq + c0, ldq);
         }
         if (transform) SA_FN(transform_tile)(a, it, q0, nq, nqv, k0, nk, st, ldq);
         if (partial) {
@@ -250,9 +256,15 @@ static void SA_FN(sa_attn_tile)(const sa_attn_plan *a, const sa_task *task, void
                 for (int64_t c = 0; c < dvp; c++) vp[j * dvp + c] = c < dv ? vs[j * rs_v + c] : 0;
             vs = vp, ldv = dvp;
         }
-        for (int64_t c = 0; c < dvp; c += SA_NR)
-            for (int64_t r0 = 0; r0 < nqr; r0 += SA_BR)
-                SA_FN(pv_block)(st + r0, ldq, nk, vs + c, ldv, acc + r0 * dvp + c, dvp);
+        for (int64_t r0 = 0; r0 < nqr; r0 += SA_BR) {
+            /* keys outside every window of rows r0 .. r0 + SA_BR - 1 weigh exactly 0 (or the row is
+             * recomputed exactly): left out of the sum */
+            int64_t jlo = pb + r0 - a->left - k0, jhi = pb + r0 + SA_BR - 1 + a->right - k0 + 1;
+            jlo = jlo > 0 ? jlo : 0, jhi = jhi < nk ? jhi : nk;
+            if (jhi <= jlo) continue;
+            for (int64_t c = 0; c < dvp; c += SA_NR)
+                SA_FN(pv_block)(st + jlo * ldq + r0, ldq, jhi - jlo, vs + jlo * ldv + c, ldv, acc + r0 * dvp + c, dvp);
+        }
     }
 
     for (int64_t r = 0; r < nq; r++) {
@@ -274,119 +286,179 @@ static void SA_FN(sa_attn_tile)(const sa_attn_plan *a, const sa_task *task, void
  * share, each leaving per row a partial result (m, l, acc) that sa_attn_rows_merge combines:
  * m = max m_c, l = sum l_c 2^(m_c - m), out = sum acc_c 2^(m_c - m) / l. */
 
+/* acc[r][0 : cb SA_VL] += sum_{j < nb} p[r][j] v[j][0 : cb SA_VL] for rb rows (rb, cb constants at
+ * each call, so the rb x cb accumulators stay in registers and every V row is loaded once for
+ * all of them: independent chains, not one chain per row). */
+static inline __attribute__((always_inline)) void SA_FN(pv_rows)(const SA_T *restrict p, int64_t ldp, int64_t nb,
+                                                             const SA_T *restrict v, int64_t ldv, SA_T *restrict acc,
+                                                             int64_t lda, const int rb, const int cb) {
+    VEC c[4][8];
+#pragma GCC unroll 4
+    for (int r = 0; r < rb; r++)
+#pragma GCC unroll 8
+        for (int q = 0; q < cb; q++) c[r][q] = LOAD(acc + r * lda + q * SA_VL);
+    for (int64_t j = 0; j < nb; j++) {
+        VEC b[8];
+#pragma GCC unroll 8
+        for (int q = 0; q < cb; q++) b[q] = LOAD(v + j * ldv + q * SA_VL);
+#pragma GCC unroll 4
+        for (int r = 0; r < rb; r++) {
+            const VEC pr = SA_FN(splat)(p[r * ldp + j]);
+#pragma GCC unroll 8
+            for (int q = 0; q < cb; q++) c[r][q] += pr * b[q];
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < rb; r++)
+#pragma GCC unroll 8
+        for (int q = 0; q < cb; q++) STORE(acc + r * lda + q * SA_VL, c[r][q]);
+}
+
+/* Rows per P V register block of the rows path (rb rows x 4 vectors of accumulators, within the
+ * register file: 16 vector registers on AVX2, 32 with AVX-512) */
+#if SA_VBYTES == 64
+#define SA_PV_RB 4
+#else
+#define SA_PV_RB 2
+#endif
+
+/* acc[0:nrows][0:dvp] += P V over a block of nb keys, P (nrows x nb, ld ldp), V rows at v (ld ldv,
+ * dvp columns, a whole number of vectors). */
+static void SA_FN(pv_group)(const SA_T *p, int64_t ldp, int64_t nrows, int64_t nb, const SA_T *v, int64_t ldv,
+                            SA_T *acc, int64_t lda, int64_t dvp) {
+    int64_t c = 0;
+    if (nrows == 1)  /* one row (a decoding step): eight columns of chains where they fit */
+        for (; c + 8 * SA_VL <= dvp; c += 8 * SA_VL) SA_FN(pv_rows)(p, ldp, nb, v + c, ldv, acc + c, lda, 1, 8);
+    for (; c < dvp; c += 4 * SA_VL) {
+        const int cols = c + 4 * SA_VL <= dvp;  /* four vectors, else one at a time */
+        for (int64_t c1 = c; c1 < (cols ? c + 1 : dvp); c1 += SA_VL) {
+            for (int64_t r = 0; r < nrows; r += SA_PV_RB) {
+                const int64_t rb = nrows - r < SA_PV_RB ? nrows - r : SA_PV_RB;
+                const SA_T *pr = p + r * ldp;
+                SA_T *ar = acc + r * lda + c1;
+#define SA_PV(RB) (cols ? SA_FN(pv_rows)(pr, ldp, nb, v + c1, ldv, ar, lda, RB, 4) \
+                        : SA_FN(pv_rows)(pr, ldp, nb, v + c1, ldv, ar, lda, RB, 1))
+                if (rb == SA_PV_RB) SA_PV(SA_PV_RB);
+#if SA_PV_RB == 4
+                else if (rb == 3) SA_PV(3);
+                else if (rb == 2) SA_PV(2);
+#endif
+                else SA_PV(1);
+#undef SA_PV
+            }
+        }
+    }
+}
+
 /* The partial results of chunk c, row r of its group at parts + (c->part + r) (dv + 2):
- * (m, l, acc[0:dv]) over keys [c->j0, c->j1) in log2 units. scratch: >= sa_attn_rows_scratch(dk). */
+ * (m, l, acc[0:dv]) over keys [c->j0, c->j1) in log2 units. scratch: >= sa_attn_rows_scratch(dk, dv).
+ * Each block of keys is read while in L1 by every row of the group: Q K^T SA_VL keys at a time
+ * for all rows, then the online softmax row by row, then P V for all rows together. */
 static void SA_FN(sa_attn_rows_part)(const sa_attn_plan *a, const sa_chunk *c, SA_T *parts, SA_T *scratch) {
     const sa_group *g = a->groups + c->group;
     const sa_unit *u = a->units + g->unit;
     const int64_t dk = a->dk, dv = a->dv, rs_k = a->rs_k, rs_v = a->rs_v, nrows = g->nrows;
-    const int64_t dkv = dk - dk % SA_VL, dvv = dv - dv % SA_VL, ldq = dk + SA_COL_PAD;
+    const int64_t dkv = dk - dk % SA_VL, ldq = dk + SA_COL_PAD, lds = SA_DEC_BLOCK + SA_COL_PAD;
+    const int64_t dvp = (dv + SA_VL - 1) / SA_VL * SA_VL;
     const SA_T *k = (const SA_T *)a->k + u->k, *v = (const SA_T *)a->v + u->v;
     const SA_T masked_l2 = (SA_T)(SA_MASKED * SA_LOG2E);
     const int transform = sa_transforms(a);
     const SA_T qscale = (SA_T)(a->scale * (transform ? 1.0 : SA_LOG2E));
-    SA_T *qs = scratch, *s = scratch + SA_ROWS_MAX * ldq;
+    SA_T *qs = scratch, *s = qs + SA_ROWS_MAX * ldq, *acc = s + SA_ROWS_MAX * lds;
+    SA_T *m = acc + SA_ROWS_MAX * (dv + SA_COL_PAD), *l = m + SA_ROWS_MAX, *vp = l + SA_ROWS_MAX;
+    int64_t pos[SA_ROWS_MAX];
+    int seen[SA_ROWS_MAX];
     for (int64_t r = 0; r < nrows; r++) {
         const sa_row *row = a->rows + g->row0 + r;
         const SA_T *q = (const SA_T *)a->q + a->items[row->item].q + row->i * a->rs_q;
-        SA_T *part = parts + (c->part + r) * (dv + 2);
         for (int64_t d = 0; d < dk; d++) qs[r * ldq + d] = q[d] * qscale;
-        for (int64_t d = 0; d < dv + 2; d++) part[d] = 0;
-        part[0] = -INFINITY;
+        for (int64_t d = 0; d < dvp; d++) acc[r * dvp + d] = 0;
+        m[r] = -INFINITY, l[r] = 0;
+        pos[r] = a->items[row->item].pos + row->i;
     }
     for (int64_t k0 = c->j0; k0 < c->j1; k0 += SA_DEC_BLOCK) {
         const int64_t nb = SA_DEC_BLOCK < c->j1 - k0 ? SA_DEC_BLOCK : c->j1 - k0;
-        for (int64_t r = 0; r < nrows; r++) {
-            const sa_row *row = a->rows + g->row0 + r;
-            const sa_item *it = a->items + row->item;
-            const int64_t p = it->pos + row->i;
-            if (k0 + nb - 1 < p - a->left || k0 > p + a->right) continue;  /* no key of the block is seen */
-            SA_T *part = parts + (c->part + r) * (dv + 2), *acc = part + 2, *qr = qs + r * ldq;
-            int64_t j = 0;
-            for (; j + SA_VL <= nb; j += SA_VL)  /* SA_VL keys at a time */
-                STORE(s + j, SA_FN(dots)(qr, k + (k0 + j) * rs_k, rs_k, dk));
-            for (; j < nb; j++) {
-                const SA_T *kr = k + (k0 + j) * rs_k;
+        const int64_t nbv = (nb + SA_VL - 1) / SA_VL * SA_VL;
+        for (int64_t r = 0; r < nrows; r++)  /* does row r see a key of the block? */
+            seen[r] = !(k0 + nb - 1 < pos[r] - a->left || k0 > pos[r] + a->right);
+        int64_t j = 0;
+        for (; j + SA_VL <= nb; j += SA_VL)  /* SA_VL keys at a time, for every row while in L1 */
+            for (int64_t r = 0; r < nrows; r++)
+                if (seen[r]) STORE(s + r * lds + j, SA_FN(dots)(qs + r * ldq, k + (k0 + j) * rs_k, rs_k, dk));
+        for (; j < nb; j++) {
+            const SA_T *kr = k + (k0 + j) * rs_k;
+            for (int64_t r = 0; r < nrows; r++) {
+                const SA_T *qr = qs + r * ldq;
                 VEC c0 = SA_FN(splat)(0);
                 int64_t d = 0;
                 for (; d < dkv; d += SA_VL) c0 += LOAD(qr + d) * LOAD(kr + d);
                 SA_T s0 = SA_FN(hsum)(c0);
                 for (; d < dk; d++) s0 += qr[d] * kr[d];
-                s[j] = s0;
+                s[r * lds + j] = s0;
             }
+        }
+        for (int64_t r = 0; r < nrows; r++) {
+            SA_T *sr = s + r * lds;
+            if (!seen[r]) {  /* weighs nothing in the P V below */
+                for (j = 0; j < nbv; j++) sr[j] = 0;
+                continue;
+            }
+            const sa_row *row = a->rows + g->row0 + r;
+            const sa_item *it = a->items + row->item;
+            const int64_t p = pos[r];
             if (transform) {  /* natural units: softcap, bias, ALiBi, then log2 units */
                 if (a->softcap > 0) {
                     const VEC cap = SA_FN(splat)((SA_T)a->softcap), inv = SA_FN(splat)((SA_T)(1 / a->softcap));
-                    for (j = 0; j < nb; j += SA_VL) STORE(s + j, cap * SA_FN(tanhv)(LOAD(s + j) * inv));
+                    for (j = 0; j < nb; j += SA_VL) STORE(sr + j, cap * SA_FN(tanhv)(LOAD(sr + j) * inv));
                 }
                 if (a->has_bias) {
                     const SA_T *brow = (const SA_T *)a->bias + it->bias + row->i * a->rs_bias + k0;
-                    for (j = 0; j < nb; j++) s[j] += brow[j];
+                    for (j = 0; j < nb; j++) sr[j] += brow[j];
                 }
                 if (a->has_alibi) {
                     const SA_T slope = -(SA_T)it->slope, d0 = (SA_T)(p - k0);  /* p - key = d0 - j */
-                    for (j = 0; j < nb; j++) s[j] += slope * SA_ABS(d0 - (SA_T)j);
+                    for (j = 0; j < nb; j++) sr[j] += slope * SA_ABS(d0 - (SA_T)j);
                 }
-                for (j = 0; j < nb; j++) s[j] *= (SA_T)SA_LOG2E;
+                for (j = 0; j < nb; j++) sr[j] *= (SA_T)SA_LOG2E;
             }
             if (k0 < p - a->left || k0 + nb - 1 > p + a->right)  /* the window's edge is in the block */
                 for (j = 0; j < nb; j++)
-                    if (!SA_FN(in_window)(a, p, k0 + j)) s[j] = masked_l2;
+                    if (!SA_FN(in_window)(a, p, k0 + j)) sr[j] = masked_l2;
             if (a->has_mask) {
                 const uint8_t *mrow = a->mask + it->mask + row->i * a->rs_mask + k0;
-                for (j = 0; j < nb; j++) s[j] = mrow[j] ? s[j] : masked_l2;
+                for (j = 0; j < nb; j++) sr[j] = mrow[j] ? sr[j] : masked_l2;
             }
-            for (j = nb; j < (nb + SA_VL - 1) / SA_VL * SA_VL; j++) s[j] = -INFINITY;  /* weighs 0 */
-            SA_T m = part[0];
-            VEC mv = SA_FN(splat)(m);  /* a NaN score is not the max, but its weight, NaN, spreads */
-            for (j = 0; j < nb; j += SA_VL) mv = SA_FN(vmax)(LOAD(s + j), mv);
+            for (j = nb; j < nbv; j++) sr[j] = -INFINITY;  /* weighs 0 */
+            VEC mv = SA_FN(splat)(m[r]);  /* a NaN score is not the max, but its weight, NaN, spreads */
+            for (j = 0; j < nb; j += SA_VL) mv = SA_FN(vmax)(LOAD(sr + j), mv);
             const SA_T mnew = SA_FN(hmax)(mv), mref = mnew == -INFINITY ? 0 : mnew;  /* all -inf: weight 0 */
             VEC sum = SA_FN(splat)(0);
             for (j = 0; j < nb; j += SA_VL) {
-                VEC pj = SA_FN(exp2v)(LOAD(s + j) - mref);
-                STORE(s + j, pj);
+                VEC pj = SA_FN(exp2v)(LOAD(sr + j) - mref);
+                STORE(sr + j, pj);
                 sum += pj;
             }
-            const SA_T alpha = (SA_T)exp2((double)(m - mref));
-            part[1] = part[1] * alpha + SA_FN(hsum)(sum);
-            if (alpha != 1)
-                for (int64_t cc = 0; cc < dv; cc++) acc[cc] *= alpha;
-            part[0] = mnew;
-            const SA_T *vb = v + k0 * rs_v;
-            int64_t cc = 0;
-            for (; cc + 8 * SA_VL <= dvv; cc += 8 * SA_VL) {  /* eight registers of d_v: eight chains */
-                VEC a8[8];
-#pragma GCC unroll 8
-                for (int w = 0; w < 8; w++) a8[w] = LOAD(acc + cc + w * SA_VL);
-                for (j = 0; j < nb; j++) {
-                    const SA_T *vr = vb + j * rs_v + cc;
-                    const VEC pj = SA_FN(splat)(s[j]);
-#pragma GCC unroll 8
-                    for (int w = 0; w < 8; w++) a8[w] += pj * LOAD(vr + w * SA_VL);
-                }
-#pragma GCC unroll 8
-                for (int w = 0; w < 8; w++) STORE(acc + cc + w * SA_VL, a8[w]);
+            const SA_T alpha = (SA_T)exp2((double)(m[r] - mref));
+            l[r] = l[r] * alpha + SA_FN(hsum)(sum);
+            if (alpha != 1) {
+                const VEC al = SA_FN(splat)(alpha);
+                for (int64_t cc = 0; cc < dvp; cc += SA_VL) STORE(acc + r * dvp + cc, LOAD(acc + r * dvp + cc) * al);
             }
-            for (; cc + 4 * SA_VL <= dvv; cc += 4 * SA_VL) {  /* four registers of d_v: four chains */
-                VEC a0 = LOAD(acc + cc), a1 = LOAD(acc + cc + SA_VL), a2 = LOAD(acc + cc + 2 * SA_VL);
-                VEC a3 = LOAD(acc + cc + 3 * SA_VL);
-                for (j = 0; j < nb; j++) {
-                    const SA_T *vr = vb + j * rs_v + cc;
-                    const SA_T pj = s[j];
-                    a0 += pj * LOAD(vr); a1 += pj * LOAD(vr + SA_VL); a2 += pj * LOAD(vr + 2 * SA_VL);
-                    a3 += pj * LOAD(vr + 3 * SA_VL);
-                }
-                STORE(acc + cc, a0); STORE(acc + cc + SA_VL, a1); STORE(acc + cc + 2 * SA_VL, a2);
-                STORE(acc + cc + 3 * SA_VL, a3);
-            }
-            for (; cc < dvv; cc += SA_VL) {
-                VEC a0 = LOAD(acc + cc);
-                for (j = 0; j < nb; j++) a0 += s[j] * LOAD(vb + j * rs_v + cc);
-                STORE(acc + cc, a0);
-            }
-            for (; cc < dv; cc++)
-                for (j = 0; j < nb; j++) acc[cc] += s[j] * vb[j * rs_v + cc];
+            m[r] = mnew;
         }
+        const SA_T *vb = v + k0 * rs_v;
+        int64_t ldv = rs_v;
+        if (dv != dvp) {  /* pad d_v to whole vectors */
+            for (j = 0; j < nb; j++)
+                for (int64_t cc = 0; cc < dvp; cc++) vp[j * dvp + cc] = cc < dv ? vb[j * rs_v + cc] : 0;
+            vb = vp, ldv = dvp;
+        }
+        SA_FN(pv_group)(s, lds, nrows, nb, vb, ldv, acc, dvp, dvp);
+    }
+    for (int64_t r = 0; r < nrows; r++) {
+        SA_T *part = parts + (c->part + r) * (dv + 2);
+        part[0] = m[r], part[1] = l[r];
+        for (int64_t d = 0; d < dv; d++) part[2 + d] = acc[r * dvp + d];
     }
 }
 
@@ -421,3 +493,4 @@ static void SA_FN(sa_attn_rows_merge)(const sa_attn_plan *a, const sa_group *g, 
 }
 #undef SA_BR
 #undef SA_ABS
+#undef SA_PV_RB

@@ -81,12 +81,14 @@ static inline VEC SA_FN(lane_sums)(const VEC *v) {
 static inline __attribute__((always_inline)) VEC SA_FN(dots)(const SA_T *x, const SA_T *w, int64_t ld, int64_t n) {
     const int64_t nv = n - n % SA_VL;
     VEC c[SA_VL];
+    /* row by row through one pointer (a loop over d outside would keep SA_VL row pointers live,
+     * more than the integer registers) */
 #pragma GCC unroll 16
-    for (int u = 0; u < SA_VL; u++) c[u] = SA_FN(splat)(0);
-    for (int64_t d = 0; d < nv; d += SA_VL) {
-        const VEC xv = LOAD(x + d);
-#pragma GCC unroll 16
-        for (int u = 0; u < SA_VL; u++) c[u] += xv * LOAD(w + u * ld + d);
+    for (int u = 0; u < SA_VL; u++) {
+        const SA_T *wu = w + u * ld;
+        VEC cu = SA_FN(splat)(0);
+        for (int64_t d = 0; d < nv; d += SA_VL) cu += LOAD(x + d) * LOAD(wu + d);
+        c[u] = cu;
     }
     VEC sums = SA_FN(lane_sums)(c);
     for (int64_t d = nv; d < n; d++)
