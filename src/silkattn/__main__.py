@@ -101,6 +101,7 @@ def bench(args):
     print()
     print(_bench.scaling(cases, results, ours))
     print(_bench.generation(cases, results, contenders))
+    print(_bench.cache_reads(cases, results, contenders))
     print(_bench.bert(cases, results, contenders))
     mib = None
     if args.full and not args.match:

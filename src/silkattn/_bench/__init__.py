@@ -160,6 +160,30 @@ def generation(cases, results, contenders):
     return "\n".join(lines)
 
 
+def cache_reads(cases, results, contenders):
+    """For the decoding-step cases (kv_bytes): the K/V cache bytes a call reads, and the rate each
+    contender reads them at against numpy's copy rate in the same run (a group of query heads
+    reads its K/V head once, so GQA reads no more than a plain step over the same cache)."""
+    idx = [i for i, c in enumerate(cases) if c.get("kv_bytes")]
+    if not idx:
+        return ""
+    lines = ["K/V cache reads of one decoding step (GB/s = cache bytes / time; % of numpy's copy rate)"]
+    for threads, res in results.items():
+        copy = res.get("copy")
+        lines.append(f"-- {threads} thread(s): numpy copies at {copy or float('nan'):.1f} GB/s")
+        for i in idx:
+            mb = cases[i]["kv_bytes"] / 1e6
+            rates = []
+            for name in contenders:
+                t = res[name][i]
+                if t:
+                    rate = mb / 1e3 / t
+                    share = f" ({100 * rate / copy:.0f}%)" if copy else ""
+                    rates.append(f"{name} {rate:5.1f} GB/s{share}")
+            lines.append(f"{case_name(cases[i])}: {mb:.1f} MB; " + ", ".join(rates))
+    return "\n".join(lines)
+
+
 def bert(cases, results, contenders):
     """Sentences per second of each contender, and the share of a padded batch that packing skips."""
     from .cases import padding_share
