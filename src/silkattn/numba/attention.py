@@ -441,11 +441,15 @@ def _tile(b, q0, nq, q, k, v, mask, bias, out, kp, vp, items, nslopes, units, ti
                     break
             if not anyvis:
                 continue
-        # ---- S = Q_tile K_tile^T: R rows x 2 registers of keys a block
+        # ---- S = Q_tile K_tile^T: R rows x 2 registers of keys a block. A block whose (row, key)
+        # pairs are all hidden by the window (the causal diagonal's upper part, a window's edge) or
+        # past the tile's keys is not computed: `windowed` below is then set, so _features
+        # overwrites its scores (MASKED, or -inf past nk) before they are read.
         kb = (tile0[u] + t) * dk * BK
-        for jv in range(0, BK, W2):
+        for jv in range(0, min(nk, BK), W2):
             for r0 in range(0, nqr, R):
-                _qk_block(Qp, r0 * dk, dk, kp, kb + jv, S, r0 * BK + jv)
+                if jv <= P0 + r0 + R - 1 + right - k0 and jv + W2 - 1 >= P0 + r0 - left - k0:
+                    _qk_block(Qp, r0 * dk, dk, kp, kb + jv, S, r0 * BK + jv)
         # ---- the features, then the online softmax per row
         windowed = k0 < P1 - left or k0 + nk - 1 > P0 + right  # the window hides some key from some row
         for r in range(nq):
@@ -477,11 +481,16 @@ def _tile(b, q0, nq, q, k, v, mask, bias, out, kp, vp, items, nslopes, units, ti
                         vstore(acc, r * dvp + dc, vmul(vload(acc, r * dvp + dc), va))
                 mrun[r] = m_new
             lrun[r] += hsum(sm)
-        # ---- acc += P V_tile: R rows x 2 registers of d_v a block
+        # ---- acc += P V_tile: R rows x 2 registers of d_v a block, each block over only the keys
+        # its rows can see (the others weigh exactly 0, or the row takes the exact path)
         vb = (tile0[u] + t) * BK * dvp
-        for dc in range(0, dvp, W2):
-            for r0 in range(0, nqr, R):
-                _pv_block(S, r0 * BK, nk, vp, vb + dc, dvp, acc, r0 * dvp + dc)
+        for r0 in range(0, nqr, R):
+            jlo = max(0, P0 + r0 - left - k0)
+            jhi = min(nk, P0 + r0 + R - 1 + right - k0 + 1)
+            if jlo >= jhi:
+                continue
+            for dc in range(0, dvp, W2):
+                _pv_block(S, r0 * BK + jlo, jhi - jlo, vp, vb + jlo * dvp + dc, dvp, acc, r0 * dvp + dc)
     # ---- the rows: acc / l, or the exact path for rows whose max is tiny
     for r in range(nq):
         i = q0 + r
@@ -497,15 +506,31 @@ def _tile(b, q0, nq, q, k, v, mask, bias, out, kp, vp, items, nslopes, units, ti
 
 
 # ---------------------------------------------------------------- rows path
-# One row's scores are a vector in scratch: keys stream past the query four at a time (four dot
-# products whose sums come out as one vector, vsum4), the online softmax runs over blocks of
-# DEC_BLOCK keys, and P V goes four registers of d_v at a time into the row's partial result.
+# A chunk goes through its keys a block of DEC_BLOCK keys at a time, each block used by every row
+# of the group while it is in L1: Q K^T four keys at a time for all the rows (two rows at once, so
+# each key register is loaded once for both; four dot products a row whose sums come out as one
+# vector, vsum4), then the online softmax row by row over the block's scores (a row of scratch
+# each), then P V for all the rows together, register-blocked over rows (each V register loaded
+# once for RB_PV rows, RB_PV x 4 independent FMA chains).
+
+LDS = _round16(DEC_BLOCK + 16)  # a row of a block's scores (vsum4 stores a whole register at key nb - 4)
+# rows per P V register block: 4 rows x 4 registers of accumulators + 4 of V fit AVX-512's 32
+# registers; AVX2's 16 take 2 rows
+RB_PV = 4 if VBYTES == 64 else 2
+
+
+@_jit()
+def _rows_layout(dk):
+    """Offsets in one thread's rows-path scratch of the block's scores (after the group's scaled
+    queries, ROWS_MAX rows of _round16(dk)) and of the exact path's row (after ROWS_MAX score rows)."""
+    o_s = ROWS_MAX * _round16(dk)
+    return o_s, o_s + ROWS_MAX * LDS
+
 
 @_jit()
 def rows_scratch(dk, sk_max):
-    """Elements of one thread's rows-path scratch: the group's scaled queries (ROWS_MAX rows of
-    dk), a block of scores (with a register of slack), the exact path's row."""
-    return ROWS_MAX * _round16(dk) + _round16(DEC_BLOCK + 16) + _round16(sk_max)
+    """Elements of one thread's rows-path scratch (_rows_layout, then the exact path's row)."""
+    return _rows_layout(dk)[1] + _round16(sk_max)
 
 
 @_jit(parallel=True)
@@ -528,10 +553,17 @@ def attention_rows(q, k, v, mask, bias, out, items, nslopes, units, groups, rows
             c = _take(counter, 0)
             if c >= nchunks:
                 break
-            _chunk(c, q, k, v, mask, bias, items, nslopes, units, groups, rows, chunks, parts, rs_q, rs_k,
-                   rs_v, rs_mask, rs_bias, dk, dv, scale_, cap, left, right, has_mask, has_bias, has_alibi,
-                   buf)
             g = chunks[c, CH_GROUP]
+            # one row (a decoding step): its own small function, whose loops keep their pointers in
+            # registers (in _chunk, the multi-row blocks' register pressure spills them)
+            if groups[g, GR_NROWS] == 1:
+                _chunk_row(c, q, k, v, mask, bias, items, nslopes, units, groups, rows, chunks, parts, rs_q,
+                           rs_k, rs_v, rs_mask, rs_bias, dk, dv, scale_, cap, left, right, has_mask, has_bias,
+                           has_alibi, buf)
+            else:
+                _chunk(c, q, k, v, mask, bias, items, nslopes, units, groups, rows, chunks, parts, rs_q, rs_k,
+                       rs_v, rs_mask, rs_bias, dk, dv, scale_, cap, left, right, has_mask, has_bias,
+                       has_alibi, buf)
             if _take(done, g) == groups[g, GR_NCHUNKS] - 1:
                 _merge(g, q, k, v, mask, bias, out, items, nslopes, units, groups, rows, chunks, parts, rs_q,
                        rs_k, rs_v, rs_mask, rs_bias, dk, dv, scale_, cap, left, right, has_mask, has_bias,
@@ -544,13 +576,10 @@ def _chunk(c, q, k, v, mask, bias, items, nslopes, units, groups, rows, chunks, 
     """The partial results of chunk c: keys j0 .. j1 - 1 of its group's unit, for every row."""
     g, j0, j1, part0 = chunks[c, CH_GROUP], chunks[c, CH_J0], chunks[c, CH_J1], chunks[c, CH_PART]
     u, row0, nr = groups[g, GR_UNIT], groups[g, GR_ROW0], groups[g, GR_NROWS]
-    kb0, vb0 = units[u, UN_K], units[u, UN_V]
-    W = vwidth(parts)
-    dkv = dk - dk % W
-    dvv = dv - dv % W
+    o_s, _ = _rows_layout(dk)
     dkr = _round16(dk)
-    qv = buf[:ROWS_MAX * dkr]             # the rows' queries, scaled: row r at r * dkr
-    s = buf[ROWS_MAX * dkr:]              # one block of scores
+    qv = buf[:o_s]                # the rows' queries, scaled: row r at r * dkr
+    s = buf[o_s:]                 # the block's scores, then weights: row r at r * LDS
     for r in range(nr):
         b, i = rows[row0 + r, RW_ITEM], rows[row0 + r, RW_I]
         qr = items[b, IT_Q] + i * rs_q
@@ -562,99 +591,352 @@ def _chunk(c, q, k, v, mask, bias, items, nslopes, units, groups, rows, chunks, 
             parts[x] = 0
     k0 = j0
     while k0 < j1:
-        kend = min(j1, k0 + DEC_BLOCK)
-        for r in range(nr):  # the block's keys stay in cache for the group's next rows
+        nb = min(DEC_BLOCK, j1 - k0)
+        _rows_qk(qv, dkr, nr, k, units[u, UN_K] + k0 * rs_k, rs_k, dk, nb, s)
+        for r in range(nr):
             b, i = rows[row0 + r, RW_ITEM], rows[row0 + r, RW_I]
-            p = items[b, IT_POS] + i
-            # the keys of the block this row sees by the window (the others would weigh 0)
-            lo = max(k0, p - left)
-            nb = min(kend, p + right + 1) - lo
-            if nb <= 0:
-                continue
-            q0 = r * dkr
-            j = 0
-            while j + 4 <= nb:  # four keys at a time: four chains of FMAs, their sums as one vector
-                kb = kb0 + (lo + j) * rs_k
-                c0 = vsplat(s, 0)
-                c1 = c0
-                c2 = c0
-                c3 = c0
-                for d in range(0, dkv, W):
-                    x = vload(qv, q0 + d)
-                    c0 = vfma(x, vload(k, kb + d), c0)
-                    c1 = vfma(x, vload(k, kb + rs_k + d), c1)
-                    c2 = vfma(x, vload(k, kb + 2 * rs_k + d), c2)
-                    c3 = vfma(x, vload(k, kb + 3 * rs_k + d), c3)
-                vstore(s, j, vsum4(c0, c1, c2, c3))  # lanes past j + 3: overwritten next
-                for d in range(dkv, dk):
-                    for uu in range(4):
-                        s[j + uu] += qv[q0 + d] * k[kb + uu * rs_k + d]
-                j += 4
-            while j < nb:
-                kb = kb0 + (lo + j) * rs_k
-                c0 = vsplat(s, 0)
-                for d in range(0, dkv, W):
-                    c0 = vfma(vload(qv, q0 + d), vload(k, kb + d), c0)
-                s0 = hsum(c0)
-                for d in range(dkv, dk):
-                    s0 += qv[q0 + d] * k[kb + d]
-                s[j] = s0
-                j += 1
-            npad = (nb + W - 1) // W * W
-            _features(s, 0, nb, npad, lo, p, cap, bias, items[b, IT_BIAS] + i * rs_bias + lo, has_bias,
-                      nslopes[b], has_alibi, mask, items[b, IT_MASK] + i * rs_mask + lo, has_mask, left,
-                      right, False)
-            pb = (part0 + r) * (dv + 2)
-            m = parts[pb]
-            mv = vsplat(s, m)  # a NaN score is not the max, but its weight, NaN, spreads
-            for jj in range(0, npad, W):
-                mv = vmax(mv, vload(s, jj))
-            mnew = hmax(mv)
-            if mnew == -np.inf:  # every score so far -inf (a -inf bias): nothing to add yet
-                continue
-            vm = vsplat(s, mnew)
-            vneg = vsplat(s, -1.0)
-            sm = vsplat(s, 0)
-            for jj in range(0, npad, W):
-                pr = vexp(vfma(vm, vneg, vload(s, jj)))
-                vstore(s, jj, pr)
-                sm = vadd(sm, pr)
-            alpha = math.exp(m - mnew)
-            parts[pb] = mnew
-            parts[pb + 1] = parts[pb + 1] * alpha + hsum(sm)
-            a = pb + 2  # the row's accumulator
-            if alpha != 1:
-                for cc in range(dv):
-                    parts[a + cc] *= alpha
-            vb = vb0 + lo * rs_v
-            cc = 0
-            while cc + 4 * W <= dvv:  # four registers of d_v: four chains
-                a0 = vload(parts, a + cc)
-                a1 = vload(parts, a + cc + W)
-                a2 = vload(parts, a + cc + 2 * W)
-                a3 = vload(parts, a + cc + 3 * W)
-                for jj in range(nb):
-                    x = vbcast(s, jj)
-                    vr = vb + jj * rs_v + cc
-                    a0 = vfma(x, vload(v, vr), a0)
-                    a1 = vfma(x, vload(v, vr + W), a1)
-                    a2 = vfma(x, vload(v, vr + 2 * W), a2)
-                    a3 = vfma(x, vload(v, vr + 3 * W), a3)
-                vstore(parts, a + cc, a0)
-                vstore(parts, a + cc + W, a1)
-                vstore(parts, a + cc + 2 * W, a2)
-                vstore(parts, a + cc + 3 * W, a3)
-                cc += 4 * W
-            while cc < dvv:
-                a0 = vload(parts, a + cc)
-                for jj in range(nb):
-                    a0 = vfma(vbcast(s, jj), vload(v, vb + jj * rs_v + cc), a0)
-                vstore(parts, a + cc, a0)
-                cc += W
-            for ct in range(dvv, dv):
-                for jj in range(nb):
-                    parts[a + ct] += s[jj] * v[vb + jj * rs_v + ct]
-        k0 = kend
+            _row_softmax(s, r * LDS, nb, k0, items[b, IT_POS] + i, parts, (part0 + r) * (dv + 2), dv, cap,
+                         bias, items[b, IT_BIAS] + i * rs_bias + k0, has_bias, nslopes[b], has_alibi, mask,
+                         items[b, IT_MASK] + i * rs_mask + k0, has_mask, left, right)
+        _rows_pv(s, nr, nb, v, units[u, UN_V] + k0 * rs_v, rs_v, dv, parts, part0 * (dv + 2) + 2)
+        k0 += nb
+
+
+@_jit()
+def _chunk_row(c, q, k, v, mask, bias, items, nslopes, units, groups, rows, chunks, parts, rs_q, rs_k, rs_v,
+               rs_mask, rs_bias, dk, dv, scale, cap, left, right, has_mask, has_bias, has_alibi, buf):
+    """_chunk for a group of one row, over the keys of its window only."""
+    g, j0, j1, pb = chunks[c, CH_GROUP], chunks[c, CH_J0], chunks[c, CH_J1], chunks[c, CH_PART] * (dv + 2)
+    u, b, i = groups[g, GR_UNIT], rows[groups[g, GR_ROW0], RW_ITEM], rows[groups[g, GR_ROW0], RW_I]
+    o_s, _ = _rows_layout(dk)
+    W = vwidth(parts)
+    dkv = dk - dk % W
+    dvv = dv - dv % W
+    qv = buf[:o_s]
+    s = buf[o_s:]
+    qr = items[b, IT_Q] + i * rs_q
+    for d in range(dk):
+        qv[d] = q[qr + d] * scale
+    parts[pb] = -np.inf
+    for x in range(pb + 1, pb + dv + 2):
+        parts[x] = 0
+    p = items[b, IT_POS] + i
+    k0 = max(j0, p - left)   # the row's window within the chunk (the other keys would weigh 0)
+    kend = min(j1, p + right + 1)
+    while k0 < kend:
+        nb = min(DEC_BLOCK, kend - k0)
+        kb = units[u, UN_K] + k0 * rs_k
+        j = 0
+        while j + 4 <= nb:
+            _qk_1x4(qv, 0, k, kb + j * rs_k, rs_k, dk, dkv, s, j)
+            j += 4
+        for jt in range(j, nb):
+            c0 = vsplat(s, 0)
+            for d in range(0, dkv, W):
+                c0 = vfma(vload(qv, d), vload(k, kb + jt * rs_k + d), c0)
+            s0 = hsum(c0)
+            for d in range(dkv, dk):
+                s0 += qv[d] * k[kb + jt * rs_k + d]
+            s[jt] = s0
+        _row_softmax(s, 0, nb, k0, p, parts, pb, dv, cap, bias, items[b, IT_BIAS] + i * rs_bias + k0,
+                     has_bias, nslopes[b], has_alibi, mask, items[b, IT_MASK] + i * rs_mask + k0, has_mask,
+                     left, right)
+        vb = units[u, UN_V] + k0 * rs_v
+        cc = 0
+        while cc + 4 * W <= dvv:
+            _pv_1x4(s, 0, nb, v, vb + cc, rs_v, parts, pb + 2 + cc)
+            cc += 4 * W
+        _pv_rest(s, 0, nb, v, vb, rs_v, cc, dv, parts, pb + 2)
+        k0 += nb
+
+
+@_jit(inline="always")
+def _rows_qk(qv, dkr, nr, k, kb, rs_k, dk, nb, s):
+    """s[r * LDS + j] = qv[r * dkr :] . (key j at k[kb + j * rs_k]) for the nr rows and nb keys:
+    four keys at a time for every row (the keys stay in L1), two rows at once where two are left."""
+    W = vwidth(s)
+    dkv = dk - dk % W
+    j = 0
+    while j + 4 <= nb:
+        r = 0
+        while r + 2 <= nr:
+            _qk_2x4(qv, r * dkr, dkr, k, kb + j * rs_k, rs_k, dk, dkv, s, r * LDS + j)
+            r += 2
+        if r < nr:
+            _qk_1x4(qv, r * dkr, k, kb + j * rs_k, rs_k, dk, dkv, s, r * LDS + j)
+        j += 4
+    for jt in range(j, nb):  # the last keys one at a time
+        kr = kb + jt * rs_k
+        for r in range(nr):
+            c0 = vsplat(s, 0)
+            for d in range(0, dkv, W):
+                c0 = vfma(vload(qv, r * dkr + d), vload(k, kr + d), c0)
+            s0 = hsum(c0)
+            for d in range(dkv, dk):
+                s0 += qv[r * dkr + d] * k[kr + d]
+            s[r * LDS + jt] = s0
+
+
+@_jit(inline="always")
+def _qk_1x4(qv, q0, k, kb, rs_k, dk, dkv, s, sb):
+    """s[sb : sb + 4] = the query at qv[q0] . the 4 keys at k[kb], k[kb + rs_k], ...: four chains of
+    FMAs, their sums as one vector (lanes past sb + 3 are written too: the next keys' or slack)."""
+    W = vwidth(s)
+    c0 = vsplat(s, 0)
+    c1 = c0
+    c2 = c0
+    c3 = c0
+    for d in range(0, dkv, W):
+        x = vload(qv, q0 + d)
+        c0 = vfma(x, vload(k, kb + d), c0)
+        c1 = vfma(x, vload(k, kb + rs_k + d), c1)
+        c2 = vfma(x, vload(k, kb + 2 * rs_k + d), c2)
+        c3 = vfma(x, vload(k, kb + 3 * rs_k + d), c3)
+    vstore(s, sb, vsum4(c0, c1, c2, c3))
+    for d in range(dkv, dk):
+        for uu in range(4):
+            s[sb + uu] += qv[q0 + d] * k[kb + uu * rs_k + d]
+
+
+@_jit(inline="always")
+def _qk_2x4(qv, q0, dkr, k, kb, rs_k, dk, dkv, s, sb):
+    """_qk_1x4 for the two queries at qv[q0] and qv[q0 + dkr] (scores at sb and sb + LDS): each key
+    register loaded once for both, eight chains."""
+    W = vwidth(s)
+    a0 = vsplat(s, 0)
+    a1 = a0
+    a2 = a0
+    a3 = a0
+    b0 = a0
+    b1 = a0
+    b2 = a0
+    b3 = a0
+    for d in range(0, dkv, W):
+        x = vload(qv, q0 + d)
+        y = vload(qv, q0 + dkr + d)
+        kv = vload(k, kb + d)
+        a0 = vfma(x, kv, a0)
+        b0 = vfma(y, kv, b0)
+        kv = vload(k, kb + rs_k + d)
+        a1 = vfma(x, kv, a1)
+        b1 = vfma(y, kv, b1)
+        kv = vload(k, kb + 2 * rs_k + d)
+        a2 = vfma(x, kv, a2)
+        b2 = vfma(y, kv, b2)
+        kv = vload(k, kb + 3 * rs_k + d)
+        a3 = vfma(x, kv, a3)
+        b3 = vfma(y, kv, b3)
+    vstore(s, sb, vsum4(a0, a1, a2, a3))
+    vstore(s, sb + LDS, vsum4(b0, b1, b2, b3))
+    for d in range(dkv, dk):
+        for uu in range(4):
+            s[sb + uu] += qv[q0 + d] * k[kb + uu * rs_k + d]
+            s[sb + LDS + uu] += qv[q0 + dkr + d] * k[kb + uu * rs_k + d]
+
+
+@_jit(inline="always")
+def _row_softmax(s, sb, nb, k0, p, parts, pb, dv, cap, bias, brow, has_bias, nslope, has_alibi, mask, mrow,
+                 has_mask, left, right):
+    """One row's step of the online softmax over a block: its scores s[sb : sb + nb] (keys k0 ..,
+    query at position p) through _features, then to weights exp(s - m) in place (zero to
+    whole registers); its partial result at parts[pb] (m, l, acc) updated to the new max."""
+    W = vwidth(s)
+    npad = (nb + W - 1) // W * W
+    if k0 + nb - 1 < p - left or k0 > p + right:  # no key of the block in the row's window
+        for j in range(npad):
+            s[sb + j] = 0  # weighs nothing in the P V that follows
+        return
+    windowed = k0 < p - left or k0 + nb - 1 > p + right  # the window's edge is in the block
+    _features(s, sb, nb, npad, k0, p, cap, bias, brow, has_bias, nslope, has_alibi, mask, mrow, has_mask,
+              left, right, windowed)
+    m = parts[pb]
+    mv = vsplat(s, m)  # a NaN score is not the max, but its weight, NaN, spreads
+    for j in range(0, npad, W):
+        mv = vmax(mv, vload(s, sb + j))
+    mnew = hmax(mv)
+    if mnew == -np.inf:  # every score so far -inf (a -inf bias): nothing to add yet
+        for j in range(npad):
+            s[sb + j] = 0
+        return
+    vm = vsplat(s, mnew)
+    vneg = vsplat(s, -1.0)
+    sm = vsplat(s, 0)
+    for j in range(0, npad, W):
+        pr = vexp(vfma(vm, vneg, vload(s, sb + j)))
+        vstore(s, sb + j, pr)
+        sm = vadd(sm, pr)
+    alpha = math.exp(m - mnew)
+    parts[pb] = mnew
+    parts[pb + 1] = parts[pb + 1] * alpha + hsum(sm)
+    if alpha != 1:
+        for cc in range(pb + 2, pb + 2 + dv):
+            parts[cc] *= alpha
+
+
+@_jit(inline="always")
+def _rows_pv(s, nr, nb, v, vb, rs_v, dv, parts, a0):
+    """acc_r += sum_j s[r * LDS + j] V[vb + j * rs_v] over the block's nb keys, for the nr rows (acc_r
+    at parts[a0 + r * (dv + 2)]): blocks of RB_PV (or fewer) rows x 4 registers of d_v, then
+    single registers, then the columns past the last whole register."""
+    W = vwidth(parts)
+    dvv = dv - dv % W
+    lda = dv + 2
+    cc = 0
+    while cc + 4 * W <= dvv:
+        r = 0
+        if RB_PV == 4:
+            while r + 4 <= nr:
+                _pv_4x4(s, r * LDS, nb, v, vb + cc, rs_v, parts, a0 + r * lda + cc, lda)
+                r += 4
+        while r + 2 <= nr:
+            _pv_2x4(s, r * LDS, nb, v, vb + cc, rs_v, parts, a0 + r * lda + cc, lda)
+            r += 2
+        if r < nr:
+            _pv_1x4(s, r * LDS, nb, v, vb + cc, rs_v, parts, a0 + r * lda + cc)
+        cc += 4 * W
+    for r in range(nr):
+        _pv_rest(s, r * LDS, nb, v, vb, rs_v, cc, dv, parts, a0 + r * lda)
+
+
+@_jit(inline="always")
+def _pv_rest(s, sb, nb, v, vb, rs_v, c0, dv, parts, a):
+    """Columns c0 .. dv of one row's P V (weights at s[sb], accumulator at parts[a]): a register at
+    a time, then the columns past the last whole register one by one."""
+    W = vwidth(parts)
+    dvv = dv - dv % W
+    for c1 in range(c0, dvv, W):
+        x0 = vload(parts, a + c1)
+        for j in range(nb):
+            x0 = vfma(vbcast(s, sb + j), vload(v, vb + j * rs_v + c1), x0)
+        vstore(parts, a + c1, x0)
+    for ct in range(max(c0, dvv), dv):
+        for j in range(nb):
+            parts[a + ct] += s[sb + j] * v[vb + j * rs_v + ct]
+
+
+@_jit(inline="always")
+def _pv_1x4(s, sb, nb, v, vb, rs_v, parts, a):
+    """parts[a : a + 4W] += sum_j s[sb + j] V[vb + j * rs_v : + 4W]: four chains (one row)."""
+    W = vwidth(parts)
+    x0 = vload(parts, a)
+    x1 = vload(parts, a + W)
+    x2 = vload(parts, a + 2 * W)
+    x3 = vload(parts, a + 3 * W)
+    for j in range(nb):
+        p = vbcast(s, sb + j)
+        vr = vb + j * rs_v
+        x0 = vfma(p, vload(v, vr), x0)
+        x1 = vfma(p, vload(v, vr + W), x1)
+        x2 = vfma(p, vload(v, vr + 2 * W), x2)
+        x3 = vfma(p, vload(v, vr + 3 * W), x3)
+    vstore(parts, a, x0)
+    vstore(parts, a + W, x1)
+    vstore(parts, a + 2 * W, x2)
+    vstore(parts, a + 3 * W, x3)
+
+
+@_jit(inline="always")
+def _pv_2x4(s, sb, nb, v, vb, rs_v, parts, a, lda):
+    """_pv_1x4 for two rows (weights at sb and sb + LDS, accumulators at a and a + lda): each V
+    register loaded once for both, eight chains."""
+    W = vwidth(parts)
+    x0 = vload(parts, a)
+    x1 = vload(parts, a + W)
+    x2 = vload(parts, a + 2 * W)
+    x3 = vload(parts, a + 3 * W)
+    y0 = vload(parts, a + lda)
+    y1 = vload(parts, a + lda + W)
+    y2 = vload(parts, a + lda + 2 * W)
+    y3 = vload(parts, a + lda + 3 * W)
+    for j in range(nb):
+        vr = vb + j * rs_v
+        v0 = vload(v, vr)
+        v1 = vload(v, vr + W)
+        v2 = vload(v, vr + 2 * W)
+        v3 = vload(v, vr + 3 * W)
+        p = vbcast(s, sb + j)
+        x0 = vfma(p, v0, x0)
+        x1 = vfma(p, v1, x1)
+        x2 = vfma(p, v2, x2)
+        x3 = vfma(p, v3, x3)
+        p = vbcast(s, sb + LDS + j)
+        y0 = vfma(p, v0, y0)
+        y1 = vfma(p, v1, y1)
+        y2 = vfma(p, v2, y2)
+        y3 = vfma(p, v3, y3)
+    vstore(parts, a, x0)
+    vstore(parts, a + W, x1)
+    vstore(parts, a + 2 * W, x2)
+    vstore(parts, a + 3 * W, x3)
+    vstore(parts, a + lda, y0)
+    vstore(parts, a + lda + W, y1)
+    vstore(parts, a + lda + 2 * W, y2)
+    vstore(parts, a + lda + 3 * W, y3)
+
+
+@_jit(inline="always")
+def _pv_4x4(s, sb, nb, v, vb, rs_v, parts, a, lda):
+    """_pv_2x4 for four rows (weights LDS apart, accumulators lda apart): sixteen chains, each V
+    register loaded once for the four rows (AVX-512: 16 + 4 + 1 of its 32 registers)."""
+    W = vwidth(parts)
+    x0 = vload(parts, a)
+    x1 = vload(parts, a + W)
+    x2 = vload(parts, a + 2 * W)
+    x3 = vload(parts, a + 3 * W)
+    y0 = vload(parts, a + lda)
+    y1 = vload(parts, a + lda + W)
+    y2 = vload(parts, a + lda + 2 * W)
+    y3 = vload(parts, a + lda + 3 * W)
+    z0 = vload(parts, a + 2 * lda)
+    z1 = vload(parts, a + 2 * lda + W)
+    z2 = vload(parts, a + 2 * lda + 2 * W)
+    z3 = vload(parts, a + 2 * lda + 3 * W)
+    w0 = vload(parts, a + 3 * lda)
+    w1 = vload(parts, a + 3 * lda + W)
+    w2 = vload(parts, a + 3 * lda + 2 * W)
+    w3 = vload(parts, a + 3 * lda + 3 * W)
+    for j in range(nb):
+        vr = vb + j * rs_v
+        v0 = vload(v, vr)
+        v1 = vload(v, vr + W)
+        v2 = vload(v, vr + 2 * W)
+        v3 = vload(v, vr + 3 * W)
+        p = vbcast(s, sb + j)
+        x0 = vfma(p, v0, x0)
+        x1 = vfma(p, v1, x1)
+        x2 = vfma(p, v2, x2)
+        x3 = vfma(p, v3, x3)
+        p = vbcast(s, sb + LDS + j)
+        y0 = vfma(p, v0, y0)
+        y1 = vfma(p, v1, y1)
+        y2 = vfma(p, v2, y2)
+        y3 = vfma(p, v3, y3)
+        p = vbcast(s, sb + 2 * LDS + j)
+        z0 = vfma(p, v0, z0)
+        z1 = vfma(p, v1, z1)
+        z2 = vfma(p, v2, z2)
+        z3 = vfma(p, v3, z3)
+        p = vbcast(s, sb + 3 * LDS + j)
+        w0 = vfma(p, v0, w0)
+        w1 = vfma(p, v1, w1)
+        w2 = vfma(p, v2, w2)
+        w3 = vfma(p, v3, w3)
+    vstore(parts, a, x0)
+    vstore(parts, a + W, x1)
+    vstore(parts, a + 2 * W, x2)
+    vstore(parts, a + 3 * W, x3)
+    vstore(parts, a + lda, y0)
+    vstore(parts, a + lda + W, y1)
+    vstore(parts, a + lda + 2 * W, y2)
+    vstore(parts, a + lda + 3 * W, y3)
+    vstore(parts, a + 2 * lda, z0)
+    vstore(parts, a + 2 * lda + W, z1)
+    vstore(parts, a + 2 * lda + 2 * W, z2)
+    vstore(parts, a + 2 * lda + 3 * W, z3)
+    vstore(parts, a + 3 * lda, w0)
+    vstore(parts, a + 3 * lda + W, w1)
+    vstore(parts, a + 3 * lda + 2 * W, w2)
+    vstore(parts, a + 3 * lda + 3 * W, w3)
 
 
 @_jit()
@@ -663,7 +945,7 @@ def _merge(g, q, k, v, mask, bias, out, items, nslopes, units, groups, rows, chu
     """Group g's rows from its chunks' partial results (in chunk order, whoever merges); a row whose
     max is below EXACT_BELOW (no visible key, every score near MASKED) takes the exact path."""
     row0, nr, ch0, nch = groups[g, GR_ROW0], groups[g, GR_NROWS], groups[g, GR_CHUNK0], groups[g, GR_NCHUNKS]
-    o_row = ROWS_MAX * _round16(dk) + _round16(DEC_BLOCK + 16)  # the exact path's row (rows_scratch)
+    o_row = _rows_layout(dk)[1]  # the exact path's row
     for r in range(nr):
         b, i = rows[row0 + r, RW_ITEM], rows[row0 + r, RW_I]
         ob = items[b, IT_OUT] + i * dv
