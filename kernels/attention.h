@@ -78,7 +78,6 @@ static size_t sa_attn_scratch_bytes(const sa_attn_plan *a, size_t tsize) {
     sa_carve(&cur, a->dk, ldq, tsize), sa_carve(&cur, a->bk + SA_MR_MAX, ldq, tsize);
     sa_carve(&cur, SA_MR_MAX, a->dk, tsize), sa_carve(&cur, a->bk, a->dv + SA_COL_PAD, tsize);
     sa_carve(&cur, a->bq + SA_MR_MAX, a->dv + SA_COL_PAD, tsize), sa_carve(&cur, 3, ldq, tsize);
-    sa_carve(&cur, a->bk, 1, tsize);
     return (size_t)cur;
 }
 
