@@ -22,6 +22,10 @@ place where silkattn's semantics are defined:
   *replaces* s by -1e9; softmax over the keys; times V. Query i sits at position p_i = q_offset + i.
   Grouped-query attention: K and V may have Hkv heads (axis -3) for Q's Hq, Hq % Hkv == 0, and
   query head h reads K/V head h // (Hq // Hkv). Every constant is cast to the scores' dtype.
+* The Llama family (rms_norm, rope, silu, swiglu, llama_block, llama): RMSNorm g * x / sqrt(mean(x^2)
+  + eps) with no mean subtracted and no bias; rotary embeddings rotate the pairs (x_i, x_{i + d/2}) of
+  each head (the half-split layout transformers uses) by angle p * base^(-2i/d) at position p, the
+  angles computed in float64; the feed-forward is SwiGLU, (silu(X Wg) * X Wu) Wd.
 * Bad arguments of the model-level functions raise ValueError/TypeError naming them
   (silkattn._checks, shared with the fast models).
 """
@@ -323,3 +327,55 @@ def init_seq2seq_params(src_vocab, tgt_vocab, d=512, h=8, n_layers=6, d_ff=2048,
             "pos": positional_encoding(max_len, d).astype(dtype),
             "encoder": [block(False) for _ in range(n_layers)],
             "decoder": [block(True) for _ in range(n_layers)]}
+
+
+# ---- the Llama family (SmolLM2, Llama 2/3, ...): RMSNorm, rotary positions, SwiGLU, grouped K/V heads
+
+def rms_norm(X, g, eps=1e-5):  # X: (..., d); g: (d,)
+    """g * X / sqrt(mean(X^2) + eps) over the last axis: a layer norm without the mean or a bias."""
+    return g * (X / np.sqrt((X * X).mean(-1, keepdims=True) + X.dtype.type(eps)))
+
+
+def rope(X, positions, base=10000.0):  # X: (..., seq, d_head); positions: (seq,) ints
+    """Rotary embedding: the pair (x_i, x_{i + d/2}) of the row at position p turned by the angle
+    p * base^(-2i/d), i < d/2 (a head's query-key dot product then depends on p_q - p_k only)."""
+    half = X.shape[-1] // 2
+    angle = np.asarray(positions, np.float64)[:, None] * float(base) ** (-np.arange(half) / half)  # (seq, half)
+    cos, sin = np.cos(angle).astype(X.dtype), np.sin(angle).astype(X.dtype)
+    x1, x2 = X[..., :half], X[..., half:]
+    return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+
+def silu(x):
+    """x sigmoid(x) = x / (1 + exp(-x)), in x's dtype."""
+    return x / (1 + np.exp(-x))
+
+
+def swiglu(X, Wg, Wu, Wd):  # X: (..., d); Wg, Wu: (d, d_ff); Wd: (d_ff, d)
+    """(silu(X Wg) * (X Wu)) Wd: the gated feed-forward of the Llama family."""
+    return (silu(X @ Wg) * (X @ Wu)) @ Wd
+
+
+def llama_block(X, p, positions, eps=1e-5, rope_base=10000.0):  # X: (seq, d)
+    """X += Wo grouped_attention(rope(q), rope(k), v) of RMSNorm(X); X += swiglu(RMSNorm(X)).
+    p: "attn_norm", "attn" = (Wq, Wk, Wv, Wo), "h" query heads, "h_kv" K/V heads, "ffn_norm", "ffn"."""
+    (Wq, Wk, Wv, Wo), h, h_kv = p["attn"], p["h"], p["h_kv"]
+    H = rms_norm(X, p["attn_norm"], eps)
+
+    def split(A, n):  # (seq, n * d_head) -> (n, seq, d_head)
+        return A.reshape(len(A), n, -1).swapaxes(0, 1)
+
+    q, k = rope(split(H @ Wq, h), positions, rope_base), rope(split(H @ Wk, h_kv), positions, rope_base)
+    A = attention(q, k, split(H @ Wv, h_kv), causal=True)  # query head i reads K/V head i // (h / h_kv)
+    X = X + A.swapaxes(0, 1).reshape(X.shape) @ Wo
+    return X + swiglu(rms_norm(X, p["ffn_norm"], eps), *p["ffn"])
+
+
+def llama(token_ids, P):  # token_ids: (seq,) ints -> logits (seq, vocab)
+    """A Llama-family decoder: token embeddings, the blocks (rotary positions 0 .. seq - 1), a final
+    RMSNorm, the output projection P["out"] (d, vocab) (P["emb"].T when tied)."""
+    ids = np.asarray(token_ids)
+    X, positions = P["emb"][ids], np.arange(len(ids))
+    for p in P["layers"]:
+        X = llama_block(X, p, positions, P["eps"], P["rope_base"])
+    return rms_norm(X, P["norm"], P["eps"]) @ P["out"]
