@@ -177,10 +177,13 @@ def prompt(prompt_ids, P, max_new_tokens, memory):
     return ids
 
 
-def sampling(temperature, top_k):
-    """A temperature >= 0 (0: greedy) and top_k None or a positive int."""
+def sampling(temperature, top_k, top_p=None):
+    """A temperature >= 0 (0: greedy), top_k None or a positive int, top_p None or in (0, 1]."""
     if isinstance(temperature, (bool, np.bool_)) or not isinstance(temperature, numbers.Real) \
             or not temperature >= 0 or temperature == float("inf"):
         raise ValueError(f"temperature must be a finite number >= 0 (0: greedy), got {temperature!r}")
     if top_k is not None:
         count(top_k, "top_k")
+    if top_p is not None and (isinstance(top_p, (bool, np.bool_)) or not isinstance(top_p, numbers.Real)
+                              or not 0 < top_p <= 1):
+        raise ValueError(f"top_p must be a number in (0, 1] (None: no nucleus cut), got {top_p!r}")

@@ -208,14 +208,18 @@ def decode(tgt_ids, memory, P, memory_mask=None):  # tgt_ids: (..., tgt) -> logi
     return Y @ P["tgt_emb"].T  # output projection tied to the target embeddings
 
 
-def next_token(logits, temperature=0.0, top_k=None, rng=None):  # logits: (vocab,) -> int
+def next_token(logits, temperature=0.0, top_k=None, rng=None, top_p=None):  # logits: (vocab,) -> int
     """Greedy (argmax) at temperature 0; else a draw from softmax(logits / temperature) over the
-    top_k largest logits (all if None), computed in float64."""
+    top_k largest logits (all if None), then over the fewest most likely of those whose probabilities
+    sum to top_p or more (all if None), computed in float64."""
     logits = np.asarray(logits, np.float64)
     if temperature == 0:
         return int(np.argmax(logits))
     keep = np.argsort(-logits, kind="stable")[: top_k or len(logits)]
     p = softmax(logits[keep] / temperature)
+    if top_p is not None:  # the nucleus: the smallest prefix whose mass reaches top_p
+        n = min(int(np.searchsorted(np.cumsum(p), top_p)) + 1, len(p))
+        keep, p = keep[:n], p[:n] / p[:n].sum()
     return int(keep[rng.choice(len(keep), p=p)])
 
 
