@@ -38,6 +38,11 @@ def feed_forward(X, W1, b1, W2, b2):  # X: (..., d)
     return ops.linear(H, W2, b2)
 
 
+def swiglu(X, Wg, Wu, Wd):  # X: (..., d); Wg, Wu: (d, d_ff); Wd: (d_ff, d)
+    """(silu(X Wg) * (X Wu)) Wd, the gate silu(g) * u in one pass (the Llama family's feed-forward)."""
+    return ops.linear(ops.silu_mul(ops.linear(X, Wg), ops.linear(X, Wu)), Wd)
+
+
 def sublayer(X, f, ln, norm):
     """LayerNorm(X + f(X)) for norm="post" (the residual add fused into the norm), or
     X + f(LayerNorm(X)) for norm="pre"."""
