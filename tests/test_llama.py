@@ -1,0 +1,263 @@
+"""The Llama-architecture model on small GGUF files written here (tests/llama_files.py): load in
+every tensor type, the fast path against reference.llama on every backend, generation with the KV
+cache against the reference's recompute, sampling, streaming text, patch(), and the errors."""
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import silkattn
+from silkattn import reference as ref
+from silkattn._testing import assert_matches
+
+pytest.importorskip("gguf", reason="the llm extra is not installed (pip install 'silkattn[llm]')")
+pytest.importorskip("tokenizers", reason="the llm extra is not installed (pip install 'silkattn[llm]')")
+pytest.importorskip("jinja2", reason="the llm extra is not installed (pip install 'silkattn[llm]')")
+
+import llama_files  # noqa: E402
+import numpy_llama  # noqa: E402
+
+from silkattn.models import llama  # noqa: E402
+
+TYPES = ["F32", "F16", "Q8_0", "Q4_0", "Q4_1"]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """{type: path} of one small model (d 64, 4 query heads over 2 K/V heads, 2 layers) per type,
+    plus "untied" (its own output matrix) and "mqa" (one K/V head, 3 layers, base 500000)."""
+    root = tmp_path_factory.mktemp("gguf")
+    paths = {}
+    for kind in TYPES:
+        paths[kind] = str(root / f"tiny-{kind}.gguf")
+        llama_files.write(paths[kind], kind)
+    paths["untied"] = str(root / "untied.gguf")
+    llama_files.write(paths["untied"], "Q8_0", tied=False, seed=1)
+    paths["mqa"] = str(root / "mqa.gguf")
+    llama_files.write(paths["mqa"], "F16", h=8, h_kv=1, n_layers=3, rope_base=500000.0, seed=2)
+    return paths
+
+
+def params64(P):
+    """The params in float64: the reference's answer to compare a float32 kernel against."""
+    def cast(x):
+        if isinstance(x, np.ndarray):
+            return x.astype(np.float64)
+        if isinstance(x, (list, tuple)):
+            return type(x)(cast(v) for v in x)
+        if isinstance(x, dict):
+            return {k: cast(v) for k, v in x.items()}
+        return x
+    return cast(P)
+
+
+IDS = [[5], [1, 70, 80, 90], list(range(3, 40)), [200, 3, 3, 3, 3, 64, 250, 7, 1, 2]]
+
+
+@pytest.mark.parametrize("kind", TYPES + ["untied", "mqa"])
+def test_forward_matches_the_reference_on_every_backend(files, kind, on_backend):
+    model = llama.load(files[kind])
+    P64 = params64(model.params)
+    for ids in IDS:
+        assert_matches(model.forward(ids), ref.llama(ids, P64), np.float32)
+
+
+def test_load_undoes_llama_cpp_rotary_row_order(tmp_path):
+    """GGUF holds Q and K rows in llama.cpp's interleaved rotary order: load gives back the original."""
+    path = str(tmp_path / "m.gguf")
+    t = llama_files.write(path, "F32")
+    P = llama.load(path).params
+    for i, p in enumerate(P["layers"]):
+        for W, name in zip(p["attn"], ("attn_q", "attn_k", "attn_v", "attn_output")):
+            np.testing.assert_array_equal(W, t[f"blk.{i}.{name}.weight"].T)
+        np.testing.assert_array_equal(p["ffn"][0], t[f"blk.{i}.ffn_gate.weight"].T)
+    np.testing.assert_array_equal(P["out"], t["token_embd.weight"].T)  # tied
+
+
+def test_dequantized_weights_are_the_gguf_package_s(files):
+    import gguf
+    reader = gguf.GGUFReader(files["Q4_1"])
+    t = {x.name: x for x in reader.tensors}["blk.1.ffn_down.weight"]
+    expected = gguf.quants.dequantize(t.data, t.tensor_type)
+    np.testing.assert_array_equal(llama.load(files["Q4_1"]).params["layers"][1]["ffn"][2], expected.T)
+
+
+@pytest.mark.parametrize("kind", ["Q4_1", "mqa"])
+def test_greedy_generation_is_the_reference_recomputing_every_step(files, kind, on_backend, threads):
+    model = llama.load(files[kind])
+    prompt = [1, 70, 80, 90, 100, 3]
+    new = model.generate(prompt, 20, ignore_eos=True)
+    assert len(new) == 20 and all(isinstance(t, int) for t in new)
+    P64, ids = params64(model.params), list(prompt)
+    for token in new:
+        assert token == int(np.argmax(ref.llama(ids, P64)[-1]))
+        ids.append(token)
+    assert model.stats["new_tokens"] == 20 and model.stats["prompt_tokens"] == len(prompt)
+
+
+def test_generation_stops_at_eos_unless_ignored(files):
+    model = llama.load(files["F32"])
+    model.params["out"][:, model.eos_id] = 0  # force EOS: its logit becomes the largest
+    model.params["out"][-1, model.eos_id] = 1e4
+    model.params["norm"][-1] = 1.0
+    assert model.generate([5, 6], 10) == [model.eos_id]
+    assert model.generate([5, 6], 10, ignore_eos=True) == [model.eos_id] * 10
+    assert model.complete("ab", 10) == ""  # the closing EOS writes nothing
+
+
+def test_sampling_is_seeded_and_top_k_1_is_greedy(files):
+    model = llama.load(files["Q8_0"])
+    ids = [1, 70, 80]
+    a = model.generate(ids, 12, temperature=1.5, seed=7, ignore_eos=True)
+    assert a == model.generate(ids, 12, temperature=1.5, seed=7, ignore_eos=True)
+    assert a != model.generate(ids, 12, temperature=1.5, seed=8, ignore_eos=True)
+    greedy = model.generate(ids, 12, ignore_eos=True)
+    assert model.generate(ids, 12, temperature=1.0, top_k=1, seed=3, ignore_eos=True) == greedy
+    assert model.generate(ids, 12, temperature=1.0, top_p=1e-9, seed=3, ignore_eos=True) == greedy
+
+
+def test_text_round_trip_and_template(files):
+    model = llama.load(files["F32"])
+    for text in ["the cat", "héllo wörld", "数学 🙂👍🏽", "a  b\n\n\tc", "<|im_start|>user\nhi<|im_end|>", ""]:
+        ids = model.tokenize(text)
+        assert model.detokenize(ids) == text
+    assert model.tokenize("<|im_start|>") == [1]  # control tokens written in the text are matched
+    assert model.tokenize("the")[:1] != model.tokenize(" the")[:1]
+    prompt = model.apply_chat_template([{"role": "user", "content": "hi"}])
+    assert prompt == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert model.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=False) \
+        == "<|im_start|>user\nhi<|im_end|>\n"
+
+
+def test_pieces_never_split_a_character(files):
+    """Each byte is its own token in this vocabulary: every multi-byte character arrives split."""
+    model = llama.load(files["F32"])
+    text = "né 数 🙂👍🏽 ok"
+    ids = model.tokenize(text)
+    assert len(ids) > len(text)  # the multi-byte characters did split
+    pieces = list(model.pieces(ids))
+    assert "".join(pieces) == text and not any("\ufffd" in p for p in pieces)
+
+
+def test_stream_yields_what_complete_returns(files):
+    model = llama.load(files["Q4_0"])
+    pieces = list(model.stream("the ", 16, ignore_eos=True))
+    assert "".join(pieces) == model.complete("the ", 16, ignore_eos=True)
+    assert model.detokenize(model.generate(model.tokenize("the "), 16, ignore_eos=True)) == "".join(pieces)
+    answer = model.chat([{"role": "user", "content": "hi"}], 8, ignore_eos=True)
+    assert answer == "".join(model.chat([{"role": "user", "content": "hi"}], 8, stream=True, ignore_eos=True))
+
+
+def test_patch_runs_a_numpy_llama_on_the_kernels(files, on_backend):
+    model = llama.load(files["mqa"])
+    ids = [1, 70, 80, 90, 100]
+    expected = ref.llama(ids, params64(model.params))
+    assert_matches(numpy_llama.llama(ids, model.params), expected, np.float32)
+    with silkattn.patched(numpy_llama):
+        assert numpy_llama.rms_norm is silkattn.ops.rms_norm and numpy_llama.rope is silkattn.ops.rope
+        assert numpy_llama.swiglu is silkattn.models.swiglu and numpy_llama.attention is silkattn.ops.attention
+        assert_matches(numpy_llama.llama(ids, model.params), expected, np.float32)
+    assert numpy_llama.rms_norm is not silkattn.ops.rms_norm
+
+
+# ---------------------------------------------------------------- errors
+
+def test_context_length_is_enforced(files):
+    model = llama.load(files["F32"])  # context 64
+    model.forward(list(range(3, 67)))
+    with pytest.raises(ValueError, match="64"):
+        model.forward(list(range(3, 68)))
+    with pytest.raises(ValueError, match="context length of 64"):
+        model.generate(list(range(3, 40)), 30)
+
+
+@pytest.mark.parametrize("ids, error, match", [
+    ([], ValueError, "empty"), ([1.5, 2.0], TypeError, "integers"), ([3, 265], ValueError, r"\[0, 265\)"),
+    ([[1, 2]], ValueError, "1-D"), ([-1], ValueError, r"\[0, 265\)")])
+def test_bad_ids(files, ids, error, match):
+    model = llama.load(files["F32"])
+    with pytest.raises(error, match=match):
+        model.forward(ids)
+    with pytest.raises(error, match=match):
+        model.generate(ids, 2)
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(max_new_tokens=-1), "max_new_tokens"), (dict(temperature=-1.0), "temperature"),
+    (dict(top_k=0), "top_k"), (dict(top_p=0.0), "top_p"), (dict(top_p=1.5), "top_p")])
+def test_bad_generation_arguments(files, kw, match):
+    model = llama.load(files["F32"])
+    kw = {"max_new_tokens": 2, **kw}
+    with pytest.raises(ValueError, match=match):
+        model.generate([1, 2], kw.pop("max_new_tokens"), **kw)
+
+
+def test_bad_text_arguments(files):
+    model = llama.load(files["F32"])
+    with pytest.raises(TypeError, match="text"):
+        model.tokenize(b"bytes")
+    with pytest.raises(TypeError, match="messages"):
+        model.apply_chat_template([{"role": "user"}])
+    with pytest.raises(TypeError, match="unknown keyword"):
+        model.complete("a", 2, temprature=0.5)
+
+
+def _write_variant(path, **kw):
+    llama_files.write(path, "F32", **kw)
+    return path
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(arch="gpt2"), "architecture 'gpt2'"),
+    (dict(tokenizer_model="llama"), "tokenizer.ggml.model 'llama'"),
+    (dict(pre="mystery"), "unknown pre-tokenizer 'mystery'"),
+    (dict(h=5), "heads"),
+    (dict(extra={"llama.rope.scaling.type": "yarn"}), "rope scaling 'yarn'"),
+])
+def test_files_silkattn_cannot_run(tmp_path, kw, match):
+    path = str(tmp_path / "bad.gguf")
+    if kw.get("h") == 5:  # 64 is not 5 whole heads
+        tensors = llama_files.weights(h=4)
+        llama_files.write(path, "F32", h=5, h_kv=5, tensors=tensors)
+    elif kw.get("arch"):
+        import gguf
+        writer = gguf.GGUFWriter(path, "gpt2")
+        writer.add_block_count(1)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+    else:
+        _write_variant(path, **kw)
+    with pytest.raises(ValueError, match=match):
+        llama.load(path)
+
+
+def test_missing_tensor_wrong_shape_unknown_type(tmp_path):
+    t = llama_files.weights()
+    path = str(tmp_path / "a.gguf")
+    llama_files.write(path, "F32", tensors={k: v for k, v in t.items() if k != "blk.1.ffn_up.weight"})
+    with pytest.raises(ValueError, match="blk.1.ffn_up.weight is missing"):
+        llama.load(path)
+    llama_files.write(path, "F32", tensors=dict(t, **{"blk.0.ffn_up.weight": np.zeros((96, 32), np.float32)}))
+    with pytest.raises(ValueError, match=r"blk.0.ffn_up.weight has shape \(96, 32\)"):
+        llama.load(path)
+    llama_files.write(path, "F32", tensors=dict(t, **{"blk.0.ffn_up.weight": np.zeros((96, 64), np.int8)}))
+    with pytest.raises(ValueError, match="blk.0.ffn_up.weight has type I8"):
+        llama.load(path)
+
+
+def test_truncated_and_foreign_files(tmp_path, files):
+    path = str(tmp_path / "cut.gguf")
+    size = os.path.getsize(files["Q4_1"])
+    for keep in (size - 100, size // 2, 2000, 10):
+        with open(files["Q4_1"], "rb") as src, open(path, "wb") as dst:
+            dst.write(src.read(keep))
+        with pytest.raises(ValueError, match="cut.gguf"):
+            llama.load(path)
+    shutil.copy(__file__, path)
+    with pytest.raises(ValueError, match="not a readable GGUF file"):
+        llama.load(path)
+    with pytest.raises(FileNotFoundError, match="no GGUF file"):
+        llama.load(str(tmp_path / "absent.gguf"))
