@@ -38,6 +38,70 @@ def importable(python, module):
         return False
 
 
+def findable(python, module):
+    """Whether `python` finds `module` without importing it (a model package whose import needs more)."""
+    code = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
+    try:
+        return subprocess.run([python, "-c", code], capture_output=True).returncode == 0
+    except OSError:
+        return False
+
+
+def peak_memory(case, contenders, pythons=None, threads=1):
+    """{contender: peak resident MiB} of a fresh process that runs the case's call once (loading
+    included), for contenders with a call for it."""
+    pythons = pythons or {}
+    rivals = OPS[case["op"]].rivals
+    return {name: _run_worker(pythons.get(name, sys.executable),
+                              dict(contender=name, threads=threads, cases=[case], peak=True))["peak_mib"]
+            for name in contenders if name != "numpy" and (name not in RIVALS or name in rivals)}
+
+
+def llm(cases, results, contenders, peaks=None):
+    """Per thread count and contender: prefill (the new=1 case) and decode (the difference between
+    new=128 and new=1, per token) in tokens/s, the bytes a float32 decoding step reads against numpy's
+    copy rate in the same run, ratios to transformers; peak resident memory."""
+    index = {c.get("new"): i for i, c in enumerate(cases) if c["op"] == "llm"}
+    if 1 not in index or len(index) < 2:
+        return ""
+    from silkattn.models.llama import LlamaConfig
+
+    from .cases import llm_bytes_per_token
+    many = max(index)
+    c = cases[index[many]]
+    config = LlamaConfig(vocab=49152, d=576, n_layers=30, h=9, h_kv=3, d_ff=1536)
+    mb = llm_bytes_per_token(c, config) / 1e6
+    lines = [f"LLM {c['model']}: prompt {c['prompt']} tokens, then {many} greedy (EOS ignored); "
+             f"a float32 step reads >= {mb:.0f} MB (weights + cache); "
+             f"decode ms/token = (new={many} - new=1) / {many - 1}"]
+    for threads, res in results.items():
+        copy = res.get("copy")
+        lines.append(f"-- {threads} thread(s): numpy copies at {copy or float('nan'):.1f} GB/s")
+        rates = {}
+        for name in contenders:
+            first, total = res[name][index[1]], res[name][index[many]]
+            if first is None:
+                continue
+            line = f"{name:>14s}: prefill {first * 1e3:8.1f} ms ({c['prompt'] / first:6.0f} tokens/s)"
+            if total is not None:
+                step = (total - first) / (many - 1)
+                rates[name] = (first, step)
+                gbs = mb / 1e3 / step
+                line += (f", decode {step * 1e3:6.2f} ms/token ({1 / step:5.1f} tokens/s, {gbs:5.1f} GB/s"
+                         + (f", {100 * gbs / copy:.0f}% of copy)" if copy else ")"))
+            lines.append(line)
+        if "transformers" in rates:
+            tf = rates["transformers"]
+            for name, (first, step) in rates.items():
+                if name != "transformers":
+                    lines.append(f"{name:>14s} / transformers: prefill {first / tf[0]:.2f}x the time, decode "
+                                 f"{step / tf[1]:.2f}x the time per token")
+    if peaks:
+        lines.append("peak resident memory while generating (a fresh process: load + one call): "
+                     + ", ".join(f"{name} {mib:.0f} MiB" for name, mib in peaks.items()))
+    return "\n".join(lines)
+
+
 def torch_available(python):
     return importable(python, "torch")
 

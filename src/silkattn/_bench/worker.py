@@ -77,7 +77,7 @@ def _status_kib(field):
 def setup(contender, threads):
     """Set the contender's thread count; return the name its calls are built under."""
     name = contender[len("base-"):] if contender.startswith("base-") else contender
-    if name in ("torch", "sentence-transformers"):
+    if name in ("torch", "sentence-transformers", "transformers"):
         import torch
         torch.set_num_threads(threads)
         return name
@@ -109,6 +109,10 @@ def main(spec):
     builder = setup(spec["contender"], spec["threads"])
     if spec.get("memory"):
         print(json.dumps({"memory_mib": extra_memory(cases, builder, spec["cases"][0])}))
+        return
+    if spec.get("peak"):  # the whole process's peak resident memory over one call (a model's load included)
+        cases.build(builder, spec["cases"][0]).run()
+        print(json.dumps({"peak_mib": _status_kib("VmHWM") / 1024}))
         return
     budget = dict(min_time=spec.get("min_time", 0.25), min_reps=3 if spec.get("min_time", 0.25) < 0.1 else 5)
     if builder == "numpy":  # the reference is 2-100x slower: fewer repeats
