@@ -68,7 +68,7 @@ def write(path, qtype="F32", *, d=64, h=4, h_kv=2, d_ff=96, n_layers=2, context=
         writer.add_string(key, value) if isinstance(value, str) else writer.add_uint32(key, value)
     kind = gguf.GGMLQuantizationType[qtype]
     for name, a in t.items():
-        if name.endswith(("attn_q.weight", "attn_k.weight")):  # llama.cpp's rotary row order, as converters do
+        if name.endswith(("attn_q.weight", "attn_k.weight")):  # llama.cpp's rotary row order
             a = permute(a, h if "attn_q" in name else h_kv)
         if a.ndim == 1 or qtype == "F32":
             writer.add_tensor(name, a)

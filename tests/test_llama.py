@@ -15,10 +15,10 @@ pytest.importorskip("gguf", reason="the llm extra is not installed (pip install 
 pytest.importorskip("tokenizers", reason="the llm extra is not installed (pip install 'silkattn[llm]')")
 pytest.importorskip("jinja2", reason="the llm extra is not installed (pip install 'silkattn[llm]')")
 
+from silkattn.models import llama  # noqa: E402
+
 import llama_files  # noqa: E402
 import numpy_llama  # noqa: E402
-
-from silkattn.models import llama  # noqa: E402
 
 TYPES = ["F32", "F16", "Q8_0", "Q4_0", "Q4_1"]
 
@@ -119,7 +119,8 @@ def test_sampling_is_seeded_and_top_k_1_is_greedy(files):
 
 def test_text_round_trip_and_template(files):
     model = llama.load(files["F32"])
-    for text in ["the cat", "héllo wörld", "数学 🙂👍🏽", "a  b\n\n\tc", "<|im_start|>user\nhi<|im_end|>", ""]:
+    texts = ["the cat", "héllo wörld", "数学 🙂👍🏽", "a  b\n\n\tc", "<|im_start|>user\nhi<|im_end|>", ""]
+    for text in texts:
         ids = model.tokenize(text)
         assert model.detokenize(ids) == text
     assert model.tokenize("<|im_start|>") == [1]  # control tokens written in the text are matched
@@ -156,7 +157,8 @@ def test_patch_runs_a_numpy_llama_on_the_kernels(files, on_backend):
     assert_matches(numpy_llama.llama(ids, model.params), expected, np.float32)
     with silkattn.patched(numpy_llama):
         assert numpy_llama.rms_norm is silkattn.ops.rms_norm and numpy_llama.rope is silkattn.ops.rope
-        assert numpy_llama.swiglu is silkattn.models.swiglu and numpy_llama.attention is silkattn.ops.attention
+        assert numpy_llama.swiglu is silkattn.models.swiglu
+        assert numpy_llama.attention is silkattn.ops.attention
         assert_matches(numpy_llama.llama(ids, model.params), expected, np.float32)
     assert numpy_llama.rms_norm is not silkattn.ops.rms_norm
 

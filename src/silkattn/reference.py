@@ -344,7 +344,8 @@ def rope(X, positions, base=10000.0):  # X: (..., seq, d_head); positions: (seq,
     """Rotary embedding: the pair (x_i, x_{i + d/2}) of the row at position p turned by the angle
     p * base^(-2i/d), i < d/2 (a head's query-key dot product then depends on p_q - p_k only)."""
     half = X.shape[-1] // 2
-    angle = np.asarray(positions, np.float64)[:, None] * float(base) ** (-np.arange(half) / half)  # (seq, half)
+    inv_freq = float(base) ** (-np.arange(half) / half)  # (half,): one turning speed per pair
+    angle = np.asarray(positions, np.float64)[:, None] * inv_freq  # (seq, half)
     cos, sin = np.cos(angle).astype(X.dtype), np.sin(angle).astype(X.dtype)
     x1, x2 = X[..., :half], X[..., half:]
     return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)

@@ -5,6 +5,7 @@ package from the file's vocabulary and merges) and the chat template (rendered w
 Optional extra: pip install "silkattn[llm]". Every reader error is a ValueError that names the
 file and what it found there.
 """
+import datetime
 import json
 import os
 
@@ -93,14 +94,16 @@ def tokenizer(file):
     try:
         from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
     except ImportError as e:
-        raise ImportError("the GGUF tokenizer needs the tokenizers package: pip install \"silkattn[llm]\"") from e
+        raise ImportError("the GGUF tokenizer needs the tokenizers package: "
+                          "pip install \"silkattn[llm]\"") from e
     kind = file.get("tokenizer.ggml.model")
     if kind != "gpt2":
-        raise ValueError(f"{file.path}: tokenizer.ggml.model {kind!r} is not a byte-level BPE (\"gpt2\"), the "
-                         "only kind silkattn builds")
+        raise ValueError(f"{file.path}: tokenizer.ggml.model {kind!r} is not a byte-level BPE "
+                         "(\"gpt2\"), the only kind silkattn builds")
     pre = file.get("tokenizer.ggml.pre", "default")
     if pre not in PRE_TOKENIZERS:
-        raise ValueError(f"{file.path}: unknown pre-tokenizer {pre!r} (silkattn knows {', '.join(PRE_TOKENIZERS)})")
+        raise ValueError(f"{file.path}: unknown pre-tokenizer {pre!r} "
+                         f"(silkattn knows {', '.join(PRE_TOKENIZERS)})")
     tokens, merges = list(file.get("tokenizer.ggml.tokens")), list(file.get("tokenizer.ggml.merges"))
     types = list(file.get("tokenizer.ggml.token_type", [1] * len(tokens)))
     vocab = {token: i for i, token in enumerate(tokens)}
@@ -114,7 +117,8 @@ def tokenizer(file):
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False)
                             for i, t in enumerate(types) if t == CONTROL])
-    tok.add_tokens([AddedToken(tokens[i], normalized=False) for i, t in enumerate(types) if t == USER_DEFINED])
+    tok.add_tokens([AddedToken(tokens[i], normalized=False)
+                    for i, t in enumerate(types) if t == USER_DEFINED])
     return tok
 
 
@@ -135,9 +139,11 @@ def chat_template(file):
     def raise_exception(message):
         raise jinja2.exceptions.TemplateError(message)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[jinja2.ext.loopcontrols])
     env.filters["tojson"] = lambda x, indent=None, **kw: json.dumps(x, ensure_ascii=False, indent=indent)
     env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
     template = env.from_string(source)
     tokens = file.get("tokenizer.ggml.tokens")
     special = {name: tokens[file.meta[f"tokenizer.ggml.{name}_id"]] for name in ("bos_token", "eos_token")

@@ -58,14 +58,15 @@ class LlamaConfig:
         config = cls(vocab=len(file.get("tokenizer.ggml.tokens")), d=int(key("embedding_length")),
                      n_layers=int(key("block_count")), h=h, h_kv=int(key("attention.head_count_kv", h)),
                      d_ff=int(key("feed_forward_length")), eps=float(key("attention.layer_norm_rms_epsilon")),
-                     rope_base=float(key("rope.freq_base", 10000.0)), context_length=int(key("context_length")))
+                     rope_base=float(key("rope.freq_base", 10000.0)),
+                     context_length=int(key("context_length")))
         if config.d % h or config.d_head % 2 or h % config.h_kv:
-            raise ValueError(f"{file.path}: {h} query heads, {config.h_kv} K/V heads and d = {config.d} do not "
-                             "make whole, even heads in whole groups")
+            raise ValueError(f"{file.path}: {h} query heads, {config.h_kv} K/V heads and d = {config.d} "
+                             "do not make whole, even heads in whole groups")
         rotary = int(key("rope.dimension_count", config.d_head))
         if rotary != config.d_head:
-            raise ValueError(f"{file.path}: rotary embeddings over {rotary} of {config.d_head} head dimensions "
-                             "(partial rotary) are not supported")
+            raise ValueError(f"{file.path}: rotary embeddings over {rotary} of {config.d_head} head "
+                             "dimensions (partial rotary) are not supported")
         scaling = key("rope.scaling.type", "none")
         if scaling not in ("none", None):
             raise ValueError(f"{file.path}: rope scaling {scaling!r} is not supported")
@@ -89,7 +90,7 @@ class Llama:
         self.config, self.params, self._fused = config, params, fused
         self.tokenizer, self._template, self.bos_id, self.eos_id, self.path = (tokenizer, template, bos_id,
                                                                                 eos_id, path)
-        self.stats = {}  # the last generation's counts and times: prompt_tokens, prefill_s, new_tokens, decode_s
+        self.stats = {}  # the last generation's prompt_tokens, prefill_s, new_tokens, decode_s, stopped
 
     # ---- text
 
@@ -185,7 +186,8 @@ class Llama:
         prompt = self.apply_chat_template(messages, add_generation_prompt=True)
         return (self.stream if stream else self.complete)(prompt, max_new_tokens, **sampling)
 
-    def _tokens(self, ids, max_new_tokens, temperature=0.0, top_k=None, top_p=None, seed=None, ignore_eos=False):
+    def _tokens(self, ids, max_new_tokens, temperature=0.0, top_k=None, top_p=None, seed=None,
+                ignore_eos=False):
         """Checks the arguments now, then returns the iterator of new ids (prefill on its first step)."""
         ids = self._ids(ids, "ids")
         check.count(max_new_tokens, "max_new_tokens", minimum=0)
@@ -220,8 +222,8 @@ class Llama:
 
     def _fits(self, n, max_new_tokens):
         if n + max_new_tokens > self.config.context_length:
-            raise ValueError(f"{n} prompt tokens + max_new_tokens={max_new_tokens} exceed the model's context "
-                             f"length of {self.config.context_length} tokens")
+            raise ValueError(f"{n} prompt tokens + max_new_tokens={max_new_tokens} exceed the model's "
+                             f"context length of {self.config.context_length} tokens")
 
 
 def _sampling(keywords):
@@ -254,9 +256,11 @@ def load(path=None):
     c, names = config, file.tensors
     expected = {"token_embd.weight": (c.vocab, c.d), "output_norm.weight": (c.d,)}
     for i in range(c.n_layers):
-        for name, shape in (("attn_norm", (c.d,)), ("attn_q", (c.d, c.d)), ("attn_k", (c.h_kv * c.d_head, c.d)),
-                            ("attn_v", (c.h_kv * c.d_head, c.d)), ("attn_output", (c.d, c.d)), ("ffn_norm", (c.d,)),
-                            ("ffn_gate", (c.d_ff, c.d)), ("ffn_up", (c.d_ff, c.d)), ("ffn_down", (c.d, c.d_ff))):
+        kv = c.h_kv * c.d_head
+        for name, shape in (("attn_norm", (c.d,)), ("attn_q", (c.d, c.d)), ("attn_k", (kv, c.d)),
+                            ("attn_v", (kv, c.d)), ("attn_output", (c.d, c.d)), ("ffn_norm", (c.d,)),
+                            ("ffn_gate", (c.d_ff, c.d)), ("ffn_up", (c.d_ff, c.d)),
+                            ("ffn_down", (c.d, c.d_ff))):
             expected[f"blk.{i}.{name}.weight"] = shape
     if "output.weight" in names:
         expected["output.weight"] = (c.vocab, c.d)
@@ -264,7 +268,8 @@ def load(path=None):
         if name not in names:
             raise ValueError(f"{file.path}: the llama tensor {name} is missing")
         if file.shape(name) != shape:
-            raise ValueError(f"{file.path}: tensor {name} has shape {file.shape(name)}, the metadata implies {shape}")
+            raise ValueError(f"{file.path}: tensor {name} has shape {file.shape(name)}, the metadata "
+                             f"implies {shape}")
 
     emb = file.dequantize("token_embd.weight")
     layers, fused = [], []
