@@ -30,19 +30,23 @@ from .models import (
 )
 from .ops import (
                      add_layer_norm,
+                     add_rms_norm,
                      attention,
                      attention_varlen,
                      bias_gelu,
                      bias_relu,
                      layer_norm,
                      linear,
+                     rms_norm,
+                     rope,
+                     silu_mul,
                      softmax,
 )
 from .reference import causal_mask, init_params, positional_encoding
 
 __version__ = "0.1.0"
 __all__ = ["reference", "ops", "models", "backends", "get_backend", "set_backend", "use_backend", "patch",
-           "attention_varlen", "bias_gelu",
+           "attention_varlen", "bias_gelu", "rms_norm", "add_rms_norm", "rope", "silu_mul",
            "patched", "unpatch", "get_num_threads", "set_num_threads", "softmax", "attention", "layer_norm",
            "linear", "bias_relu", "add_layer_norm", "multi_head", "feed_forward", "block", "transformer",
            "DecoderConfig", "positional_encoding", "causal_mask", "init_params", "Seq2SeqConfig",

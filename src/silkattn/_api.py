@@ -23,11 +23,21 @@ result array they may write. The kernel contract (the same for every backend):
     bias_relu(h, b, num_threads)                         h: (rows, n) C-contiguous, in place; b: (n,)
     bias_gelu(h, b, num_threads)                         the same, h = gelu(h + b)
     add_layer_norm(x, r, g, b, eps, s, out, num_threads) s = x + r, out = layer_norm(s); all (rows, n)
+    rms_norm(x, g, eps, out, num_threads)                x, out: (rows, n) C-contiguous; g: (n,)
+    add_rms_norm(x, r, g, eps, s, out, num_threads)      s = x + r, out = rms_norm(s); all (rows, n)
+    rope(x, xo, out, oo, cos, sin, positions, num_threads)
+                                                         rows as offsets (see _row_layout): row r is
+                                                         x[xo[r]:][:d] -> out[oo[r]:][:d], out may be x
+                                                         (in place); cos, sin: (P, d / 2) tables, row r
+                                                         at position positions[r % len(positions)] < P
+    silu_mul(g, go, u, uo, out, oo, n, num_threads)      out = silu(g) u over rows of n laid out as
+                                                         rope's; out may be g or u (in place)
 
 Attention kernels skip keys (tiles outside every row's window, fully masked tiles) that the
 reference weighs exp(-1e9 - max): exactly 0 unless the row's max is near -1e9, and such rows are
 recomputed exactly (the margin is named once per backend: kernels/attention.h, silkattn/numba/attention.py).
 """
+import functools
 import math
 import numbers
 import operator
@@ -604,4 +614,227 @@ def attention_varlen(kernels, Q, K, V, cu_seqlens, *, causal=False, cu_seqlens_k
     items["unit"] = unit.reshape(-1)
     kernels.attention(*_finish(kernels, parts, items, int(unit.max()) + 1, out, Q.shape[-1], V.shape[-1],
                                scale, softcap, causal, window, slopes is not None))
+    return out
+
+
+# ---------------------------------------------------------------- rows as offsets (rope, silu_mul)
+
+def _row_layout(a):
+    """(a 1-D view over a's memory, the int64 offset of each of a's rows in it, in C order) for an
+    array (..., n) whose rows have unit stride and whose strides are non-negative multiples of its
+    itemsize: the head views of a projection (heads swapped to the front), or one of its column
+    blocks, without a copy. None for any other layout (the caller copies)."""
+    item, n = a.itemsize, a.shape[-1]
+    bad_stride = any(m > 1 and (s < 0 or s % item) for m, s in zip(a.shape, a.strides))
+    if bad_stride or (n > 1 and a.strides[-1] != item):
+        return None
+    steps = tuple(0 if m == 1 else s // item for m, s in zip(a.shape[:-1], a.strides[:-1]))
+    if a.flags.c_contiguous:
+        flat = a.reshape(-1)
+    else:  # from the first element to the last one's row end (writeable if a is)
+        span = n + sum((m - 1) * s for m, s in zip(a.shape[:-1], steps))
+        flat = np.lib.stride_tricks.as_strided(a, (span,), (item,))
+    return flat, _row_offsets(a.shape[:-1], steps)
+
+
+def _offsets_of(lead, steps):
+    """The rows' offsets (elements) of an array of leading shape `lead` and strides `steps`
+    (elements), C order, read-only."""
+    offsets = np.zeros((), np.int64)
+    for m, s in zip(lead, steps):
+        offsets = np.add.outer(offsets, np.arange(m, dtype=np.int64) * s)
+    offsets = offsets.reshape(-1)
+    offsets.flags.writeable = False
+    return offsets
+
+
+_kept_offsets = functools.lru_cache(maxsize=256)(_offsets_of)
+KEEP_OFFSETS = 4096  # rows; 256 such layouts hold at most 8 MiB
+
+
+def _row_offsets(lead, steps):
+    """_offsets_of, kept by layout up to KEEP_OFFSETS rows: a decoding step's views come back every
+    step, and making their offsets would cost as much as the kernel; more rows cost the kernel far
+    more than their offsets."""
+    return (_kept_offsets if math.prod(lead) <= KEEP_OFFSETS else _offsets_of)(lead, steps)
+
+
+def _rows_call(kernel, inputs, out, *extra):
+    """kernel(flat, offsets of each input, flat, offsets of out, *extra) (_row_layout): an input
+    the layout cannot express is copied; an out it cannot express (the caller's view, in place)
+    gets the result in a temporary, copied back."""
+    args = []
+    for a in inputs:
+        args += _row_layout(a) or _row_layout(np.ascontiguousarray(a))
+    layout = _row_layout(out)
+    target = out if layout is not None else np.empty(out.shape, out.dtype)
+    kernel(*args, *(layout or _row_layout(target)), *extra)
+    if target is not out:
+        np.copyto(out, target)
+
+
+def _same_view(a, b):
+    """a and b are the same elements in the same layout."""
+    return a is b or (a.shape == b.shape and a.strides == b.strides and a.dtype == b.dtype
+                      and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
+
+
+def check_out_elementwise(out, shape, dtype, inputs):
+    """check_out for an elementwise op, whose out may also be one of its inputs itself, in any
+    layout (in place, e.g. on a strided view of a projection). Such an out must not overlap the
+    other inputs, decided exactly: the two column halves of one array interleave but share nothing."""
+    if not (isinstance(out, np.ndarray) and any(_same_view(out, a) for a in inputs)):
+        return check_out(out, shape, dtype, inputs)
+    if out.dtype != dtype:
+        raise ValueError(f"out must have shape {tuple(shape)} and dtype {np.dtype(dtype)}, "
+                         f"got {out.shape} and {out.dtype}")
+    if not out.flags.writeable:
+        raise ValueError("out must be writeable (it is an input, to be overwritten in place)")
+    others = [a for a in inputs if not _same_view(out, a)]
+    if any(np.may_share_memory(out, a) and np.shares_memory(out, a) for a in others):
+        raise ValueError("out must not overlap an input array")
+    return out
+
+
+def _positive_finite(x, name):
+    """x as a positive finite float; a TypeError or ValueError naming it otherwise."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
+        raise TypeError(f"{name} must be a positive finite number, got {type(x).__name__}")
+    try:
+        value = float(x)
+    except OverflowError:  # an int past the float range
+        value = math.inf
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive finite number, got {x}")
+    return value
+
+
+# ---------------------------------------------------------------- rms_norm
+
+def prepare_rms_norm(X, g, eps, out, dtype=None):
+    """Checked (X, g as an (n,) vector of the result dtype, eps, out)."""
+    X = as_float_array(X, "X")
+    if X.ndim == 0:
+        raise ValueError("X must have at least one dimension (rms_norm runs over the last axis)")
+    n = X.shape[-1]
+    if n == 0:
+        raise ValueError("X has a zero-length last axis: the mean of no values is undefined")
+    eps = _positive_finite(eps, "eps")
+    dtype = np.result_type(X if dtype is None else dtype, as_float_array(g, "g"))
+    g = _along_last_axis(g, n, dtype, "g")
+    return X, g, eps, check_out(out, X.shape, dtype, [X, g])
+
+
+def rms_norm(kernels, X, g, eps=1e-5, *, out=None):
+    X, g, eps, out = prepare_rms_norm(X, g, eps, out)
+    if not X.size:
+        return out
+    X = X.astype(out.dtype, copy=False)  # in the result dtype, as the kernels compute
+    if kernels.rms_norm is None:
+        np.copyto(out, ref.rms_norm(X, g, eps))
+    else:
+        kernels.rms_norm(_rows(X), g, eps, out.reshape(-1, X.shape[-1]), threads_for(X.size, ROW_WORK))
+    return out
+
+
+def add_rms_norm(kernels, X, R, g, eps=1e-5):
+    X, R = as_float_array(X, "X"), as_float_array(R, "R")
+    if X.shape != R.shape:
+        raise ValueError(f"R must have the shape of X {X.shape}, got {R.shape}")
+    sdtype = np.result_type(X, R)
+    X, g, eps, out = prepare_rms_norm(X, g, eps, None, dtype=sdtype)
+    if kernels.add_rms_norm is None or out.dtype != sdtype or not X.size:
+        S = np.add(X, R, dtype=sdtype)
+        return S, rms_norm(kernels, S, g, eps)
+    S = np.empty(X.shape, sdtype)
+    n = X.shape[-1]
+    X, R = (_rows(a.astype(sdtype, copy=False)) for a in (X, R))
+    kernels.add_rms_norm(X, R, g, eps, S.reshape(-1, n), out.reshape(-1, n), threads_for(S.size, ROW_WORK))
+    return S, out
+
+
+# ---------------------------------------------------------------- rope
+
+def check_positions(positions, seq):
+    """positions as a (seq,) array of non-negative integers: the position of each row of X."""
+    p = np.asarray(positions)
+    if p.dtype.kind not in "iu" and p.size:  # (an empty list reads as float64)
+        raise TypeError(f"positions must be integers, got dtype {p.dtype}")
+    if p.shape != (seq,):
+        raise ValueError(f"positions must have shape ({seq},), one per row of X (its axis -2), got {p.shape}")
+    if p.size and p.min() < 0:
+        raise ValueError(f"positions must be >= 0, got {p.min()}")
+    return p if p.dtype.kind in "iu" else p.astype(np.int64)
+
+
+def prepare_rope(X, positions, base, out):
+    """Checked (X, positions, base, out); out may be X itself."""
+    X = as_float_array(X, "X")
+    if X.ndim < 2:
+        raise ValueError(f"X must have at least 2 dimensions (..., seq, d_head), got shape {X.shape}")
+    if X.shape[-1] % 2:
+        raise ValueError(f"X's last axis d_head must be even (rope turns the pairs (x_i, x_(i + d_head/2))), "
+                         f"got {X.shape[-1]}")
+    positions = check_positions(positions, X.shape[-2])
+    base = _positive_finite(base, "base")
+    return X, positions, base, check_out_elementwise(out, X.shape, X.dtype, [X])
+
+
+_ROPE_TABLES = {}  # (base, d_head / 2, dtype) -> read-only (cos, sin), (P, d_head / 2): positions 0 .. P - 1
+ROPE_TABLE_BYTES = 1 << 26  # the largest cos + sin pair kept; positions past it get tables of their own
+
+
+def _rope_cos_sin(positions, base, half, dtype):
+    """cos and sin of the reference's angles, positions * base^(-i / half) in float64, in the dtype."""
+    angle = np.asarray(positions, np.float64)[:, None] * float(base) ** (-np.arange(half) / half)
+    cos, sin = np.cos(angle).astype(dtype), np.sin(angle).astype(dtype)
+    cos.flags.writeable = sin.flags.writeable = False
+    return cos, sin
+
+
+def rope_tables(base, half, dtype, positions):
+    """(cos, sin, rows): the tables the kernels index and the table row of each position. The
+    tables are the reference's own numbers, so the kernels only multiply and add, as it does; kept
+    per (base, half, dtype) for positions 0 .. P - 1, P grown to the next power of two when a
+    farther position comes (a decoding step asks for one more each time)."""
+    key, top = (base, half, dtype.char), int(positions.max())
+    tables = _ROPE_TABLES.get(key)
+    if tables is None or len(tables[0]) <= top:
+        P = max(256, 1 << top.bit_length())
+        if P * half * 2 * dtype.itemsize > ROPE_TABLE_BYTES:
+            return *_rope_cos_sin(positions, base, half, dtype), np.arange(len(positions), dtype=np.int64)
+        if len(_ROPE_TABLES) >= 64:
+            _ROPE_TABLES.clear()
+        tables = _ROPE_TABLES[key] = _rope_cos_sin(np.arange(P), base, half, dtype)
+    return *tables, np.ascontiguousarray(positions, np.int64)
+
+
+def rope(kernels, X, positions, base=10000.0, *, out=None):
+    X, positions, base, out = prepare_rope(X, positions, base, out)
+    if not X.size:
+        return out
+    if kernels.rope is None:
+        np.copyto(out, ref.rope(X, positions, base))
+        return out
+    cos, sin, rows = rope_tables(base, X.shape[-1] // 2, X.dtype, positions)
+    _rows_call(kernels.rope, [X], out, cos, sin, rows, threads_for(X.size, ELEMENTWISE_WORK))
+    return out
+
+
+# ---------------------------------------------------------------- silu_mul
+
+def silu_mul(kernels, G, U, *, out=None):
+    G, U = as_float_array(G, "G"), as_float_array(U, "U")
+    if G.shape != U.shape:
+        raise ValueError(f"U must have the shape of G {G.shape}, got {U.shape}")
+    dtype = np.result_type(G, U)
+    out = check_out_elementwise(out, G.shape, dtype, [G, U])
+    if not G.size:
+        return out
+    G, U = G.astype(dtype, copy=False), U.astype(dtype, copy=False)
+    if kernels.silu_mul is None or G.ndim == 0:
+        with np.errstate(over="ignore"):  # exp(-G) past the float range is inf, silu(G) -0: no news
+            np.copyto(out, ref.silu(G) * U)
+        return out
+    _rows_call(kernels.silu_mul, [G, U], out, G.shape[-1], threads_for(G.size, ELEMENTWISE_WORK))
     return out

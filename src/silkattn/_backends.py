@@ -36,6 +36,10 @@ class Kernels:
     bias_relu: Kernel = None        # h = max(h + b, 0) in place (the feed-forward's elementwise step)
     bias_gelu: Kernel = None        # h = gelu(h + b) in place (the exact, erf GELU)
     add_layer_norm: Kernel = None   # s = x + r and layer_norm(s) in one pass (residual + next norm)
+    rms_norm: Kernel = None         # g x / sqrt(mean(x^2) + eps) per row (the Llama family's norm)
+    add_rms_norm: Kernel = None     # s = x + r and rms_norm(s) in one pass
+    rope: Kernel = None             # rotary positions over strided rows, from _api's cos/sin tables
+    silu_mul: Kernel = None         # silu(g) u over strided rows (the SwiGLU gate)
     isa: str = "numpy"              # the instruction set the kernels run with
     openmp: bool = True             # False: built without OpenMP, single-threaded
 

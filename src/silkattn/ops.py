@@ -73,8 +73,31 @@ def add_layer_norm(X, R, g, b, eps=1e-5):
     return _api.add_layer_norm(_backends.kernels(), X, R, g, b, eps)
 
 
+def rms_norm(X, g, eps=1e-5, *, out=None):
+    """g * X / sqrt(mean(X^2) + eps) over the last axis (the Llama family's norm: no mean, no bias)."""
+    return _api.rms_norm(_backends.kernels(), X, g, eps, out=out)
+
+
+def add_rms_norm(X, R, g, eps=1e-5):
+    """(S, rms_norm(S, g, eps)) with S = X + R: a residual add and the norm after it, one pass."""
+    return _api.add_rms_norm(_backends.kernels(), X, R, g, eps)
+
+
+def rope(X, positions, base=10000.0, *, out=None):
+    """Rotary positions over X (..., seq, d_head): the pair (x_i, x_(i + d_head/2)) of the row at
+    position p turned by the angle p * base^(-2i/d_head); positions (seq,) non-negative ints. out
+    may be X itself (in place, e.g. on the head views of a projection's output)."""
+    return _api.rope(_backends.kernels(), X, positions, base, out=out)
+
+
+def silu_mul(G, U, *, out=None):
+    """silu(G) * U = G U / (1 + exp(-G)) (the SwiGLU gate), G and U of one shape; out may be G
+    or U itself (in place, e.g. on the two column halves of one projection's output)."""
+    return _api.silu_mul(_backends.kernels(), G, U, out=out)
+
+
 OPS = ("softmax", "layer_norm", "attention", "attention_varlen", "linear", "bias_relu", "bias_gelu",
-       "add_layer_norm")
+       "add_layer_norm", "rms_norm", "add_rms_norm", "rope", "silu_mul")
 
 
 def bind(kernels):
