@@ -16,7 +16,10 @@ import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-OPS = ["softmax", "layer_norm", "attention", "feed_forward", "linear"]
+OPS = ["softmax", "layer_norm", "attention", "feed_forward", "linear", "rms_norm", "rope", "silu_mul"]
+# Flags of one op's module only. rope: no FMA contraction, so that x c - y s rounds each product as
+# NumPy does and the result is the reference's to the last bit (kernels/tmpl_rope.h).
+OP_FLAGS = {"rope": ["-ffp-contract=off"]}
 
 
 def _flag(name):
@@ -53,7 +56,8 @@ directives = dict(language_level=3, boundscheck=checks, initializedcheck=checks,
 depends = glob.glob("kernels/*.h") + glob.glob("kernels/*.pxi")
 extensions = [Extension(f"silkattn._cy.{op}", [f"kernels/{op}.pyx"],
                         include_dirs=["kernels", numpy.get_include()], depends=depends,
-                        extra_compile_args=cflags + omp, extra_link_args=omp + sanitize + ["-lm"])
+                        extra_compile_args=cflags + OP_FLAGS.get(op, []) + omp,
+                        extra_link_args=omp + sanitize + ["-lm"])
               for op in OPS]
 
 setup(ext_modules=cythonize(extensions, compiler_directives=directives))

@@ -1,7 +1,8 @@
 """The Cython (OpenMP) backend: compiled, multithreaded kernels (kernels/ -> silkattn._cy).
 
 Exports its Kernels record and the ops of silkattn.ops run on it alone: silkattn.cython.attention,
-softmax, layer_norm, attention_varlen, linear, bias_relu, bias_gelu, add_layer_norm.
+softmax, layer_norm, attention_varlen, linear, bias_relu, bias_gelu, add_layer_norm, rms_norm,
+add_rms_norm, rope, silu_mul.
 """
 from . import ops
 from ._backends import Kernels, TileGeometry
@@ -9,6 +10,9 @@ from ._cy import attention as _attention
 from ._cy import feed_forward as _feed_forward
 from ._cy import layer_norm as _layer_norm
 from ._cy import linear as _linear
+from ._cy import rms_norm as _rms_norm
+from ._cy import rope as _rope
+from ._cy import silu_mul as _silu_mul
 from ._cy import softmax as _softmax
 
 OPENMP = _softmax.OPENMP
@@ -17,7 +21,9 @@ ISA = _softmax.ISA_NAME  # the kernel copy that runs: "avx512", "avx2", "generic
 KERNELS = Kernels("cython", softmax=_softmax.softmax, layer_norm=_layer_norm.layer_norm,
                   attention=_attention.attention, attention_tiles=TileGeometry(**_attention.TILES),
                   linear=_linear.linear, bias_relu=_feed_forward.bias_relu, bias_gelu=_feed_forward.bias_gelu,
-                  add_layer_norm=_layer_norm.add_layer_norm, isa=ISA, openmp=OPENMP)
+                  add_layer_norm=_layer_norm.add_layer_norm, rms_norm=_rms_norm.rms_norm,
+                  add_rms_norm=_rms_norm.add_rms_norm, rope=_rope.rope, silu_mul=_silu_mul.silu_mul,
+                  isa=ISA, openmp=OPENMP)
 
 globals().update(ops.bind(KERNELS))
 __all__ = ["KERNELS", "ISA", "OPENMP", *ops.OPS]

@@ -7,4 +7,5 @@ the environment is restored right after.
 from .._threads import openmp_defaults
 
 with openmp_defaults():
-    from . import attention, feed_forward, layer_norm, linear, softmax  # noqa: F401  (loads libgomp now)
+    # (the first import loads libgomp, now)
+    from . import attention, feed_forward, layer_norm, linear, rms_norm, rope, silu_mul, softmax  # noqa: F401

@@ -1,0 +1,40 @@
+"""RMS norm over rows: out[i] = g * x[i] / sqrt(mean(x[i]^2) + eps)."""
+from cython cimport floating
+from cython.parallel cimport prange
+from libc.stdint cimport int64_t
+
+include "common.pxi"
+
+cdef extern from "rms_norm.h" nogil:
+    void sa_rms_norm_row_f32(int isa, const float *x, const float *g, float eps, float *out, int64_t n)
+    void sa_rms_norm_row_f64(int isa, const double *x, const double *g, double eps, double *out, int64_t n)
+    void sa_add_rms_norm_row_f32(int isa, const float *x, const float *r, const float *g, float eps, float *s,
+                                 float *out, int64_t n)
+    void sa_add_rms_norm_row_f64(int isa, const double *x, const double *r, const double *g, double eps,
+                                 double *s, double *out, int64_t n)
+
+
+def rms_norm(const floating[:, ::1] x, const floating[::1] g, double eps, floating[:, ::1] out,
+             int num_threads):
+    """x, out: (rows, n) C-contiguous; g: (n,); each thread takes a block of whole rows."""
+    cdef Py_ssize_t i, n = x.shape[1]
+    cdef floating e = <floating>eps
+    with nogil:
+        for i in prange(x.shape[0], num_threads=num_threads, schedule="static"):
+            if floating is float:
+                sa_rms_norm_row_f32(ISA, &x[i, 0], &g[0], e, &out[i, 0], n)
+            else:
+                sa_rms_norm_row_f64(ISA, &x[i, 0], &g[0], e, &out[i, 0], n)
+
+
+def add_rms_norm(const floating[:, ::1] x, const floating[:, ::1] r, const floating[::1] g, double eps,
+                 floating[:, ::1] s, floating[:, ::1] out, int num_threads):
+    """s = x + r (the residual add) and out = rms_norm(s) in one pass over the rows."""
+    cdef Py_ssize_t i, n = x.shape[1]
+    cdef floating e = <floating>eps
+    with nogil:
+        for i in prange(x.shape[0], num_threads=num_threads, schedule="static"):
+            if floating is float:
+                sa_add_rms_norm_row_f32(ISA, &x[i, 0], &r[i, 0], &g[0], e, &s[i, 0], &out[i, 0], n)
+            else:
+                sa_add_rms_norm_row_f64(ISA, &x[i, 0], &r[i, 0], &g[0], e, &s[i, 0], &out[i, 0], n)
