@@ -1,5 +1,6 @@
 """The Numba backend's kernel-contract entry points (see silkattn._api): each sets Numba's thread
-count from the call's and runs the compiled kernels in softmax.py, layer_norm.py and attention.py.
+count from the call's and runs the compiled kernels in softmax.py, layer_norm.py, attention.py and
+the other op modules.
 Attention's entry point reads the call's plan (silkattn._plan), packs K and V, and keeps the
 per-thread workspace between calls."""
 import functools
@@ -14,6 +15,9 @@ from . import attention as _attention
 from . import feed_forward as _feed_forward
 from . import layer_norm as _layer_norm
 from . import linear as _linear
+from . import rms_norm as _rms_norm
+from . import rope as _rope
+from . import silu_mul as _silu_mul
 from . import softmax as _softmax
 from ._simd import VBYTES
 
@@ -31,6 +35,27 @@ def softmax(x, out, num_threads):
 
 def layer_norm(x, g, b, eps, out, num_threads):
     _layer_norm.layer_norm_rows(x, g, b, eps, out, _use_threads(num_threads))
+
+
+def rms_norm(x, g, eps, out, num_threads):
+    _rms_norm.rms_norm_rows(x, g, eps, out, _use_threads(num_threads))
+
+
+def add_rms_norm(x, r, g, eps, s, out, num_threads):
+    _rms_norm.add_rms_norm_rows(x, r, g, eps, s, out, _use_threads(num_threads))
+
+
+def rope(x, xo, out, oo, cos, sin, positions, num_threads):
+    """The kernel contract's rope (rows as offsets; out may be x). The operands it only reads go
+    in read-only, x too when out is x: one compiled signature per dtype."""
+    _use_threads(num_threads)
+    _rope.rope_rows(_read_only(x), xo, out, oo, _read_only(cos), _read_only(sin), _read_only(positions))
+
+
+def silu_mul(g, go, u, uo, out, oo, n, num_threads):
+    """The kernel contract's silu_mul (rows as offsets; out may be g or u), its inputs read-only."""
+    nthreads = _use_threads(num_threads)
+    _silu_mul.silu_mul_rows(_read_only(g), go, _read_only(u), uo, out, oo, int(n), nthreads)
 
 
 def attention(plan, num_threads):
