@@ -139,6 +139,74 @@ BAD = [
      ValueError, "R must have the shape of X"),
     ("add_ln_g", "add_layer_norm", (f32(3, 4), f32(3, 4), f32(3), f32(4)), {},
      ValueError, "g must have shape (4,)"),
+    # the Llama family's ops: rms_norm, add_rms_norm, rope, silu_mul
+    ("rms_g_length", "rms_norm", (f32(3, 4), f32(5)), {}, ValueError, "g must have shape (4,)"),
+    ("rms_g_per_row", "rms_norm", (f32(3, 4), f32(3, 4)), {}, ValueError, "g must have shape (4,)"),
+    ("rms_eps_zero", "rms_norm", (f32(3, 4), f32(4)), {"eps": 0.0},
+     ValueError, "eps must be a positive finite"),
+    ("rms_eps_negative", "rms_norm", (f32(3, 4), f32(4)), {"eps": -1e-6},
+     ValueError, "eps must be a positive"),
+    ("rms_eps_nan", "rms_norm", (f32(3, 4), f32(4)), {"eps": float("nan")}, ValueError, "eps must be"),
+    ("rms_eps_inf", "rms_norm", (f32(3, 4), f32(4)), {"eps": float("inf")}, ValueError, "eps must be"),
+    ("rms_eps_str", "rms_norm", (f32(3, 4), f32(4)), {"eps": "1e-5"}, TypeError, "eps must be"),
+    ("rms_eps_none", "rms_norm", (f32(3, 4), f32(4)), {"eps": None}, TypeError, "eps must be"),
+    ("rms_X_int", "rms_norm", (np.ones((3, 4), int), f32(4)), {},
+     TypeError, "X must be a float32 or float64"),
+    ("rms_g_str", "rms_norm", (f32(3, 4), np.array(["a"] * 4)), {}, TypeError, "g must be"),
+    ("rms_0d", "rms_norm", (np.float32(2), f32(1)), {}, ValueError, "X must have at least one"),
+    ("rms_empty_axis", "rms_norm", (f32(3, 0), f32(0)), {}, ValueError, "zero-length last axis"),
+    ("rms_out_shape", "rms_norm", (f32(3, 4), f32(4)), {"out": f32(4, 3)},
+     ValueError, "out must have shape (3, 4)"),
+    ("rms_out_dtype", "rms_norm", (f32(3, 4), f32(4)), {"out": np.ones((3, 4))}, ValueError, "dtype float32"),
+    ("rms_out_strided", "rms_norm", (f32(3, 4), f32(4)), {"out": f32(3, 8)[:, ::2]},
+     ValueError, "C-contiguous"),
+    ("add_rms_shapes", "add_rms_norm", (f32(3, 4), f32(1, 4), f32(4)), {},
+     ValueError, "R must have the shape of X"),
+    ("add_rms_g", "add_rms_norm", (f32(3, 4), f32(3, 4), f32(3)), {}, ValueError, "g must have shape (4,)"),
+    ("add_rms_eps", "add_rms_norm", (f32(3, 4), f32(3, 4), f32(4)), {"eps": 0}, ValueError, "eps must be"),
+    ("add_rms_R_int", "add_rms_norm", (f32(3, 4), np.ones((3, 4), int), f32(4)), {}, TypeError, "R must be"),
+    ("rope_1d", "rope", (f32(8), [0]), {}, ValueError, "X must have at least 2 dimensions"),
+    ("rope_odd_d_head", "rope", (f32(4, 7), np.arange(4)), {}, ValueError, "d_head must be even"),
+    ("rope_X_int", "rope", (np.ones((4, 8), int), np.arange(4)), {},
+     TypeError, "X must be a float32 or float64"),
+    ("rope_positions_length", "rope", (f32(4, 8), np.arange(3)), {},
+     ValueError, "positions must have shape (4,)"),
+    ("rope_positions_2d", "rope", (f32(4, 8), np.zeros((1, 4), int)), {}, ValueError,
+     "positions must have shape (4,)"),
+    ("rope_positions_scalar", "rope", (f32(1, 8), 0), {}, ValueError, "positions must have shape (1,)"),
+    ("rope_positions_negative", "rope", (f32(4, 8), [0, 1, -2, 3]), {}, ValueError, "positions must be >= 0"),
+    ("rope_positions_float", "rope", (f32(4, 8), [0.0, 1.0, 2.0, 3.0]), {},
+     TypeError, "positions must be integers"),
+    ("rope_positions_bool", "rope", (f32(4, 8), np.ones(4, bool)), {},
+     TypeError, "positions must be integers"),
+    ("rope_positions_str", "rope", (f32(4, 8), ["0", "1", "2", "3"]), {},
+     TypeError, "positions must be integers"),
+    ("rope_base_zero", "rope", (f32(4, 8), np.arange(4), 0.0), {},
+     ValueError, "base must be a positive finite"),
+    ("rope_base_negative", "rope", (f32(4, 8), np.arange(4)), {"base": -1e4}, ValueError, "base must be"),
+    ("rope_base_nan", "rope", (f32(4, 8), np.arange(4)), {"base": float("nan")}, ValueError, "base must be"),
+    ("rope_base_inf", "rope", (f32(4, 8), np.arange(4)), {"base": float("inf")}, ValueError, "base must be"),
+    ("rope_base_str", "rope", (f32(4, 8), np.arange(4)), {"base": "10000"}, TypeError, "base must be"),
+    ("rope_base_bool", "rope", (f32(4, 8), np.arange(4)), {"base": True}, TypeError, "base must be"),
+    ("rope_out_shape", "rope", (f32(4, 8), np.arange(4)), {"out": f32(4, 6)},
+     ValueError, "out must have shape (4, 8)"),
+    ("rope_out_dtype", "rope", (f32(4, 8), np.arange(4)), {"out": np.ones((4, 8))},
+     ValueError, "dtype float32"),
+    ("rope_out_strided", "rope", (f32(4, 8), np.arange(4)), {"out": f32(4, 16)[:, ::2]},
+     ValueError, "C-contiguous"),
+    ("rope_out_list", "rope", (f32(4, 8), np.arange(4)), {"out": [[0.0] * 8] * 4},
+     TypeError, "out must be a numpy"),
+    ("silu_shapes", "silu_mul", (f32(3, 4), f32(3, 5)), {}, ValueError, "U must have the shape of G (3, 4)"),
+    ("silu_broadcast", "silu_mul", (f32(3, 4), f32(4)), {}, ValueError, "U must have the shape of G (3, 4)"),
+    ("silu_G_int", "silu_mul", (np.ones((3, 4), int), f32(3, 4)), {},
+     TypeError, "G must be a float32 or float64"),
+    ("silu_U_str", "silu_mul", (f32(3, 4), np.full((3, 4), "a")), {}, TypeError, "U must be"),
+    ("silu_out_shape", "silu_mul", (f32(3, 4), f32(3, 4)), {"out": f32(4, 3)},
+     ValueError, "out must have shape (3, 4)"),
+    ("silu_out_dtype", "silu_mul", (f32(3, 4), f32(3, 4)), {"out": np.ones((3, 4))},
+     ValueError, "dtype float32"),
+    ("silu_out_readonly", "silu_mul", (f32(3, 4), f32(3, 4)), {"out": np.broadcast_to(np.float32(0), (3, 4))},
+     ValueError, "writeable"),
 ]
 
 
@@ -214,8 +282,36 @@ def test_inputs_are_never_modified(any_backend, rng):
     any_backend.attention(Qa, Ka, Va, mask, causal=True)
     any_backend.softmax(Qa)
     any_backend.layer_norm(Qa, g, b)
+    any_backend.rms_norm(Qa, g)
+    any_backend.add_rms_norm(Qa, Ka, g)
+    any_backend.rope(Qa, np.arange(30))
+    any_backend.silu_mul(Qa, Ka)
     for before, after in zip(copies, (Qa, Ka, Va, mask, g, b)):
         np.testing.assert_array_equal(before, after)
+
+
+def test_in_place_is_allowed_and_partial_overlap_is_not(any_backend):
+    """rope's out may be X, silu_mul's G or U, in any layout; any other overlap is refused."""
+    H = np.ones((4, 16), np.float32)
+    G, U = H[:, :8], H[:, 8:]
+    with pytest.raises(ValueError, match="overlap"):
+        any_backend.silu_mul(G, U, out=H.reshape(-1)[4:36].reshape(4, 8))  # straddles both halves
+    with pytest.raises(ValueError, match="dtype float64"):
+        any_backend.silu_mul(G, U.astype(np.float64), out=G)  # the result is float64: not G
+    frozen = H.copy()
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="writeable"):
+        any_backend.silu_mul(frozen[:, :8], frozen[:, 8:], out=frozen[:, :8])
+    buf = np.ones((2, 8, 8), np.float32)
+    with pytest.raises(ValueError, match="overlap"):
+        any_backend.rope(buf[0], np.arange(8), out=buf.reshape(16, 8)[4:12])
+    with pytest.raises(ValueError, match="writeable"):
+        any_backend.rope(frozen.reshape(4, 2, 8).swapaxes(0, 1), np.arange(4),
+                         out=frozen.reshape(4, 2, 8).swapaxes(0, 1))
+    X = buf[0].copy()
+    with pytest.raises(ValueError, match="overlap"):
+        any_backend.rms_norm(X, X[0], out=X)  # not offered in place, as layer_norm
+    assert any_backend.silu_mul(G, U, out=U) is U
 
 
 def test_bias_relu_in_place_is_allowed_and_partial_overlap_is_not(any_backend):

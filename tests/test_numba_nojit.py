@@ -54,6 +54,19 @@ SCRIPT = textwrap.dedent("""
         g, b = rng.standard_normal(37).astype(dtype), rng.standard_normal(37).astype(dtype)
         np.testing.assert_allclose(sn.layer_norm(X, g, b), ref.layer_norm(*f64(X, g, b)),
                                    **TOL[np.dtype(dtype)])
+        # the Llama family's ops: rows with a tail, strided views in place
+        np.testing.assert_allclose(sn.rms_norm(X, g), ref.rms_norm(*f64(X, g)), **TOL[np.dtype(dtype)])
+        S, Y = sn.add_rms_norm(X, X[::-1], g)
+        np.testing.assert_allclose(Y, ref.rms_norm(*f64(X + X[::-1], g)), **TOL[np.dtype(dtype)])
+        qkv = rng.standard_normal((3, 120)).astype(dtype)
+        q = qkv[:, :90].reshape(3, 3, 30).swapaxes(0, 1)  # 3 heads of d_head 30: half 15, a tail
+        expected = ref.rope(q, [4, 5, 6])
+        sn.rope(q, [4, 5, 6], out=q)
+        np.testing.assert_array_equal(q, expected)
+        H = (rng.standard_normal((4, 74)) * 4).astype(dtype)
+        expected = ref.silu(H[:, :37].astype(np.float64)) * H[:, 37:]
+        sn.silu_mul(H[:, :37], H[:, 37:], out=H[:, :37])
+        np.testing.assert_allclose(H[:, :37], expected, **TOL[np.dtype(dtype)])
     print("nojit ok")
 """)
 
