@@ -40,7 +40,7 @@ def weights(d=64, h=4, h_kv=2, d_ff=96, n_layers=2, vocab=None, seed=0, tied=Tru
 
 def write(path, qtype="F32", *, d=64, h=4, h_kv=2, d_ff=96, n_layers=2, context=64, seed=0, tied=True,
           arch="llama", pre="smollm", tokenizer_model="gpt2", rope_base=10000.0, eps=1e-5, extra=None,
-          tensors=None):
+          tensors=None, permute_qk=True):
     """Write a tiny llama GGUF file; matrices in qtype (norms stay F32, as converters keep them).
     Returns the float32 tensors it quantized (before quantization)."""
     import gguf
@@ -68,7 +68,7 @@ def write(path, qtype="F32", *, d=64, h=4, h_kv=2, d_ff=96, n_layers=2, context=
         writer.add_string(key, value) if isinstance(value, str) else writer.add_uint32(key, value)
     kind = gguf.GGMLQuantizationType[qtype]
     for name, a in t.items():
-        if name.endswith(("attn_q.weight", "attn_k.weight")):  # llama.cpp's rotary row order
+        if permute_qk and name.endswith(("attn_q.weight", "attn_k.weight")):  # llama.cpp's rotary row order
             a = permute(a, h if "attn_q" in name else h_kv)
         if a.ndim == 1 or qtype == "F32":
             writer.add_tensor(name, a)

@@ -221,7 +221,7 @@ def test_files_silkattn_cannot_run(tmp_path, kw, match):
     path = str(tmp_path / "bad.gguf")
     if kw.get("h") == 5:  # 64 is not 5 whole heads
         tensors = llama_files.weights(h=4)
-        llama_files.write(path, "F32", h=5, h_kv=5, tensors=tensors)
+        llama_files.write(path, "F32", h=5, h_kv=5, tensors=tensors, permute_qk=False)
     elif kw.get("arch"):
         import gguf
         writer = gguf.GGUFWriter(path, "gpt2")

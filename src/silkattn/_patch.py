@@ -6,15 +6,17 @@ from . import models, ops
 # the listing's function names -> silkattn's versions on the current backend
 LISTING = {"softmax": ops.softmax, "attention": ops.attention, "layer_norm": ops.layer_norm,
            "multi_head": models.multi_head, "feed_forward": models.feed_forward, "block": models.block,
-           "transformer": models.transformer}
+           "transformer": models.transformer, "rms_norm": ops.rms_norm, "rope": ops.rope,
+           "swiglu": models.swiglu}
 
 _SAVED = "__silkattn_originals__"
 
 
 def patch(module):
     """Replace every function in `module` named like a listing function (softmax, attention,
-    multi_head, layer_norm, feed_forward, block, transformer) by silkattn's; unpatch(module)
-    restores them."""
+    multi_head, layer_norm, feed_forward, block, transformer) or a Llama-family reference function
+    (rms_norm, rope, swiglu) by silkattn's; unpatch(module) restores them. attention takes the
+    reference's keywords (grouped K/V heads, causal, q_offset, scale, ...)."""
     saved = module.__dict__.setdefault(_SAVED, {})
     for name, fast in LISTING.items():
         if name not in saved and callable(getattr(module, name, None)):

@@ -170,16 +170,22 @@ class Llama:
 
     def pieces(self, ids):  # iterable of ids -> iterator of str
         """The text of ids piece by piece, as they come: a character whose UTF-8 bytes are split
-        across tokens is held back until it is whole (never a replacement character), and a
-        generation's closing EOS writes nothing."""
+        across tokens is held back until it is whole (never a replacement character for it), bytes
+        still incomplete at the end come out as detokenize() writes them, and a generation's closing
+        EOS writes nothing."""
         from tokenizers.decoders import DecodeStream
-        decoder = DecodeStream(skip_special_tokens=False)
+        decoder, seen, written = DecodeStream(skip_special_tokens=False), [], 0
         for t in ids:
             if t == self.eos_id and self.stats.get("stopped"):
-                return
+                break
+            seen.append(int(t))
             piece = decoder.step(self.tokenizer, int(t))
             if piece:
+                written += len(piece)
                 yield piece
+        rest = self.tokenizer.decode(seen, skip_special_tokens=False)[written:] if seen else ""
+        if rest:
+            yield rest
 
     def chat(self, messages, max_new_tokens=128, *, stream=False, **sampling):  # -> str, or pieces if stream
         """The assistant's answer to messages, through the chat template (stream: complete or stream)."""
