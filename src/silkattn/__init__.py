@@ -2,6 +2,7 @@
 
 Layout (data flows one way: models -> ops -> _api -> kernels):
   reference        the NumPy oracle: the seed listing's functions, which define the semantics
+  quant            QuantizedMatrix: a matrix kept as its GGUF weight blocks, for ops.linear
   ops              the kernels API (softmax, layer_norm, attention, fused ops) on the current backend
   models           whole models composed from ops: the listing's decoder, the paper's encoder-decoder,
                    generation with a KV cache
@@ -42,6 +43,7 @@ from .ops import (
                      silu_mul,
                      softmax,
 )
+from .quant import QuantizedMatrix
 from .reference import causal_mask, init_params, positional_encoding
 
 __version__ = "0.1.0"
@@ -50,4 +52,5 @@ __all__ = ["reference", "ops", "models", "backends", "get_backend", "set_backend
            "patched", "unpatch", "get_num_threads", "set_num_threads", "softmax", "attention", "layer_norm",
            "linear", "bias_relu", "add_layer_norm", "multi_head", "feed_forward", "block", "transformer",
            "DecoderConfig", "positional_encoding", "causal_mask", "init_params", "Seq2SeqConfig",
-           "encoder_block", "decoder_block", "encode", "decode", "generate", "init_seq2seq_params"]
+           "encoder_block", "decoder_block", "encode", "decode", "generate", "init_seq2seq_params",
+           "QuantizedMatrix"]

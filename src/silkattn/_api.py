@@ -20,6 +20,13 @@ result array they may write. The kernel contract (the same for every backend):
     linear(x, w, b, out, transposed, has_bias, num_threads)
                                                          out = x w (+ b), x: (m, k) with m <= LINEAR_ROWS,
                                                          w: (k, n), or (n, k) if transposed (out = x w^T)
+    linear_q(x, blocks, kind, b, out, has_bias, num_threads)
+                                                         linear's out = x W (+ b) for W a silkattn.quant.
+                                                         QuantizedMatrix: float32 x: (m, k), m <= LINEAR_ROWS;
+                                                         blocks: uint8 (n, k / 32 * block bytes), the GGUF
+                                                         blocks of W^T (reference.dequantize), kind their
+                                                         code (0 Q8_0, 1 Q4_0, 2 Q4_1: quant.KINDS); out:
+                                                         (m, n) float32; b: (n,) float32
     bias_relu(h, b, num_threads)                         h: (rows, n) C-contiguous, in place; b: (n,)
     bias_gelu(h, b, num_threads)                         the same, h = gelu(h + b)
     add_layer_norm(x, r, g, b, eps, s, out, num_threads) s = x + r, out = layer_norm(s); all (rows, n)
@@ -48,6 +55,7 @@ from . import _plan as _plan_mod
 from . import _threads
 from . import reference as ref
 from ._threads import ATTENTION_WORK, DECODE_WORK, ELEMENTWISE_WORK, LINEAR_WORK, ROW_WORK, threads_for
+from .quant import QuantizedMatrix
 
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -172,6 +180,8 @@ LINEAR_ROWS = 8  # up to this many rows of X the kernel runs (a matrix-vector pr
 
 
 def linear(kernels, X, W, b=None, *, out=None):
+    if isinstance(W, QuantizedMatrix):
+        return linear_q(kernels, X, W, b, out)
     X, W = as_float_array(X, "X"), as_float_array(W, "W")
     if X.ndim == 0:
         raise ValueError("X must have at least one dimension (..., k)")
@@ -199,6 +209,32 @@ def linear(kernels, X, W, b=None, *, out=None):
 
 
 _NO_BIAS = {dtype: np.zeros(1, dtype) for dtype in FLOATS}
+
+
+def linear_q(kernels, X, W, b, out):
+    """linear with W a QuantizedMatrix, in np.result_type(X, float32) (b's dtype too, as for a float
+    W): a few float32 rows run the backend's linear_q kernel on W's blocks; more rows, float64 or
+    no kernel take numpy's matmul with W.dequantize() (a GEMM outweighs converting W once)."""
+    X = as_float_array(X, "X")
+    if X.ndim == 0:
+        raise ValueError("X must have at least one dimension (..., k)")
+    k, n = W.shape
+    if X.shape[-1] != k:
+        raise ValueError(f"W must have shape ({X.shape[-1]}, n) (X's last axis is {X.shape[-1]}), "
+                         f"got a {W.kind} QuantizedMatrix of shape {W.shape}")
+    dtype = np.result_type(X, np.float32, *(() if b is None else (as_float_array(b, "b"),)))
+    if b is not None:
+        b = _along_last_axis(b, n, dtype, "b")
+    out = check_out(out, X.shape[:-1] + (n,), dtype, [X, W.blocks])
+    rows = X.size // k if k else 0
+    if kernels.linear_q is None or dtype != np.float32 or not 0 < rows <= LINEAR_ROWS or not n:
+        np.matmul(X, W.dequantize(), out=out)
+        if b is not None:
+            out += b
+        return out
+    kernels.linear_q(_rows(X), W.blocks, W.code, _NO_BIAS[dtype] if b is None else b, out.reshape(-1, n),
+                     b is not None, threads_for(k * n, LINEAR_WORK))
+    return out
 
 
 # ---------------------------------------------------------------- bias_relu

@@ -384,3 +384,30 @@ def llama(token_ids, P):  # token_ids: (seq,) ints -> logits (seq, vocab)
     for p in P["layers"]:
         X = llama_block(X, p, positions, P["eps"], P["rope_base"])
     return rms_norm(X, P["norm"], P["eps"]) @ P["out"]
+
+
+# ---- GGUF weight blocks (llama.cpp's ggml types): 32 weights a block, little-endian fp16 scales
+
+QUANT_BYTES = {"Q8_0": 34, "Q4_0": 18, "Q4_1": 20}  # bytes of one block of 32 weights, by type
+
+
+def dequantize(blocks, kind):  # blocks: uint8 (rows, nblocks * block bytes) -> float32 (rows, 32 nblocks)
+    """The float32 weights of a matrix stored as GGUF blocks, each row 32 weights a block:
+      Q8_0  34 bytes: fp16 d, 32 int8 q                      w = d q
+      Q4_0  18 bytes: fp16 d, 16 bytes of 4-bit q            w = d (q - 8)
+      Q4_1  20 bytes: fp16 d, fp16 m, 16 bytes as Q4_0's     w = d q + m
+    Byte j of the 16 holds q_j in its low nibble and q_(j + 16) in its high one. In float32, in
+    the order of the gguf package's dequantize, so the two agree to the bit."""
+    rows, nblocks = blocks.shape[0], blocks.shape[1] // QUANT_BYTES[kind]
+    b = blocks.reshape(rows, nblocks, QUANT_BYTES[kind])  # one block a row
+    d = b[..., 0:2].view("<f2").astype(np.float32)  # (rows, nblocks, 1)
+    if kind == "Q8_0":
+        w = b[..., 2:].view(np.int8).astype(np.float32) * d
+    else:
+        nibbles = b[..., -16:]
+        q = np.concatenate([nibbles & 15, nibbles >> 4], axis=-1)  # (rows, nblocks, 32)
+        if kind == "Q4_0":
+            w = d * (q.astype(np.int8) - np.int8(8)).astype(np.float32)
+        else:
+            w = d * q.astype(np.float32) + b[..., 2:4].view("<f2").astype(np.float32)
+    return w.reshape(rows, 32 * nblocks)

@@ -1,0 +1,84 @@
+"""Matrices kept as the GGUF weight blocks they are stored in (silkattn.reference.dequantize gives
+the layouts): ops.linear(X, W) reads such a W's 5 to 8.5 bits a weight where a float32 copy would
+be 32, which is what a decoding step's speed depends on.
+"""
+import dataclasses
+
+import numpy as np
+
+from . import reference as ref
+
+KINDS = tuple(ref.QUANT_BYTES)  # the block types; a kind's index is its code in the kernel contract
+BLOCK = 32  # weights a block
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class QuantizedMatrix:
+    """The (k, n) float32 matrix W = dequantize(blocks, kind).T, held as its blocks.
+
+    kind: "Q8_0", "Q4_0" or "Q4_1"; blocks: C-contiguous uint8 (n, k / 32 * block bytes), row j the
+    blocks of W's column j, exactly as a GGUF file stores an (n, k) matrix (a read-only memory map
+    of the file will do: it is never copied). W's shape is (k, n), so ops.linear(X, W) is X W as
+    for a float W of that shape: the file's (out, in) matrix applied to rows of X.
+    """
+
+    kind: str
+    blocks: np.ndarray
+
+    def __post_init__(self):
+        if not isinstance(self.kind, str):
+            raise TypeError(f"kind must be a str, one of {', '.join(KINDS)}, got {type(self.kind).__name__}")
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        b = self.blocks
+        if not isinstance(b, np.ndarray):
+            raise TypeError(f"blocks must be a numpy.ndarray of uint8, got {type(b).__name__}")
+        if b.dtype != np.uint8:
+            raise TypeError(f"blocks must be uint8 (the file's bytes), got dtype {b.dtype}")
+        if b.ndim != 2:
+            raise ValueError(f"blocks must be 2-D (n, k / 32 * {self.block_bytes}), got shape {b.shape}")
+        if b.shape[1] % self.block_bytes:
+            raise ValueError(f"blocks' rows must be whole {self.kind} blocks of {self.block_bytes} bytes, "
+                             f"got rows of {b.shape[1]} bytes")
+        if not b.flags.c_contiguous:
+            raise ValueError("blocks must be C-contiguous (as the file stores them)")
+
+    @classmethod
+    def from_blocks(cls, kind, blocks):
+        """The matrix of `blocks` (checked, not copied): e.g. from_blocks(t.tensor_type.name, t.data)
+        for a tensor t of the gguf package's reader."""
+        return cls(kind, blocks)
+
+    @property
+    def block_bytes(self):
+        return ref.QUANT_BYTES[self.kind]
+
+    @property
+    def code(self):
+        """The kind's number in the kernel contract (silkattn._api): its index in KINDS."""
+        return KINDS.index(self.kind)
+
+    @property
+    def shape(self):
+        """(k, n): the shape of the float matrix it stands for."""
+        return (self.blocks.shape[1] // self.block_bytes * BLOCK, self.blocks.shape[0])
+
+    @property
+    def ndim(self):
+        return 2
+
+    @property
+    def dtype(self):
+        return np.dtype(np.float32)
+
+    @property
+    def nbytes(self):
+        """Bytes of the blocks (what a product with it reads)."""
+        return self.blocks.nbytes
+
+    def dequantize(self):
+        """W as a float32 (k, n) array: the reference's dequantize of the blocks, transposed (a view)."""
+        return ref.dequantize(self.blocks, self.kind).T
+
+    def __repr__(self):
+        return f"QuantizedMatrix({self.kind}, shape={self.shape}, {self.nbytes} bytes)"
