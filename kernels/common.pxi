@@ -31,7 +31,7 @@ def _choose_isa():
     needs = {"avx2": sa_cpu_has_avx2(), "avx2x64": sa_cpu_has_avx2(), "avx512": sa_cpu_has_avx512()}
     if not needs.get(wanted, True):
         raise ImportError(f"SILKATTN_ISA={wanted}, but this CPU lacks "
-                          f"{'AVX-512 (F, DQ, VL, BW)' if wanted == 'avx512' else 'AVX2 or FMA'}")
+                          f"{'AVX-512 (F, DQ, VL, BW)' if wanted == 'avx512' else 'AVX2, FMA or F16C'}")
     return ISA_NAMES.index(wanted)
 
 

@@ -1,8 +1,8 @@
 /* Instantiates the template file named by SA_TEMPLATE once per (instruction set, dtype):
  * sa_<name>_<f32|f64>_<isa>, chosen at run time (SA_PICK, silkattn's ISA), so a portable build
  * still gets the wide copies:
- *   avx512   64-byte vectors, target("avx512f,avx512dq,avx512vl,avx512bw,fma"): 16 floats a register
- *   avx2     32-byte vectors, target("avx2,fma")
+ *   avx512   64-byte vectors, target("avx512f,avx512dq,avx512vl,avx512bw,fma,f16c"): 16 floats a register
+ *   avx2     32-byte vectors, target("avx2,fma,f16c") (F16C: fp16 to float, for GGUF blocks' scales)
  *   avx2x64  the avx512 copy's 64-byte vectors compiled for AVX2 (each operation split in two): the
  *            same 16-lane code paths on any AVX2 CPU, so the tests exercise them everywhere
  *   generic  16-byte GCC vector extensions, which every target lowers to its own SIMD (or scalars)
@@ -19,7 +19,7 @@
 
 #if SA_X86
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma")
+#pragma GCC target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma,f16c")
 #define SA_VBYTES 64
 #else
 #define SA_VBYTES 16
@@ -34,7 +34,7 @@
 
 #if SA_X86
 #pragma GCC push_options
-#pragma GCC target("avx2,fma")
+#pragma GCC target("avx2,fma,f16c")
 #endif
 #define SA_VBYTES (SA_X86 ? 32 : 16)
 #define SA_ISA avx2

@@ -13,10 +13,11 @@ enum { SA_ISA_GENERIC = 0, SA_ISA_AVX2 = 1, SA_ISA_AVX512 = 2, SA_ISA_AVX2X64 = 
     ((isa) == SA_ISA_AVX512 ? fn##_avx512 : (isa) == SA_ISA_AVX2X64 ? fn##_avx2x64         \
      : (isa) == SA_ISA_AVX2 ? fn##_avx2 : fn##_generic)
 
+/* AVX2 with FMA and F16C (every AVX2 CPU has them; the copies are compiled for all three). */
 static inline int sa_cpu_has_avx2(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 #else
     return 0;
 #endif

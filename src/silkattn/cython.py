@@ -10,6 +10,7 @@ from ._cy import attention as _attention
 from ._cy import feed_forward as _feed_forward
 from ._cy import layer_norm as _layer_norm
 from ._cy import linear as _linear
+from ._cy import linear_q as _linear_q
 from ._cy import rms_norm as _rms_norm
 from ._cy import rope as _rope
 from ._cy import silu_mul as _silu_mul
@@ -20,7 +21,8 @@ ISA = _softmax.ISA_NAME  # the kernel copy that runs: "avx512", "avx2", "generic
 
 KERNELS = Kernels("cython", softmax=_softmax.softmax, layer_norm=_layer_norm.layer_norm,
                   attention=_attention.attention, attention_tiles=TileGeometry(**_attention.TILES),
-                  linear=_linear.linear, bias_relu=_feed_forward.bias_relu, bias_gelu=_feed_forward.bias_gelu,
+                  linear=_linear.linear, linear_q=_linear_q.linear_q, bias_relu=_feed_forward.bias_relu,
+                  bias_gelu=_feed_forward.bias_gelu,
                   add_layer_norm=_layer_norm.add_layer_norm, rms_norm=_rms_norm.rms_norm,
                   add_rms_norm=_rms_norm.add_rms_norm, rope=_rope.rope, silu_mul=_silu_mul.silu_mul,
                   isa=ISA, openmp=OPENMP)

@@ -8,4 +8,4 @@ from .._threads import openmp_defaults
 
 with openmp_defaults():
     # (the first import loads libgomp, now)
-    from . import attention, feed_forward, layer_norm, linear, rms_norm, rope, silu_mul, softmax  # noqa: F401
+    from . import attention, feed_forward, layer_norm, linear, linear_q, rms_norm, rope, silu_mul, softmax  # noqa: F401

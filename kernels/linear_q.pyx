@@ -1,0 +1,57 @@
+"""y = x W (+ b) for W held as GGUF blocks (silkattn.quant.QuantizedMatrix), a few rows of x: a
+decoding step's projections, reading the file's 5 or 8.5 bits a weight."""
+from cython.parallel cimport prange
+from libc.stdint cimport int64_t, uint8_t
+from libc.stdlib cimport free
+from libc.string cimport memset
+
+include "common.pxi"
+
+cdef extern from "linear_q.h" nogil:
+    int SA_Q8_0
+    int SA_QBYTES(int kind)
+    int SA_QROWS
+    int SA_QCH
+    void sa_linear_q_xsum_f32(int isa, const float *x, int64_t k, int64_t m, float *xs)
+    void sa_linear_q_rows_f32(int isa, int kind, const float *x, int64_t k, int64_t m, const uint8_t *w,
+                              int64_t ldw, int64_t n, const float *xs, const float *b, int64_t j0, int64_t j1,
+                              float *y, int64_t ldy)
+
+KINDS = ("Q8_0", "Q4_0", "Q4_1")  # by their code (silkattn.quant.KINDS)
+# Outputs per task: a multiple of the rows of W a pass converts together (4), small enough that two
+# threads share a 192-row projection evenly.
+cdef Py_ssize_t ROWS_PER_TASK = 16
+
+
+def linear_q(const float[:, ::1] x, const uint8_t[:, ::1] blocks, int kind, const float[::1] b,
+             float[:, ::1] out, bint has_bias, int num_threads):
+    """out = x W (+ b) for W = dequantize(blocks, KINDS[kind])^T: x (m, k), 1 <= m <= 8; blocks (n, k /
+    32 * block bytes); out (m, n); b (n,) if has_bias. The threads share W's rows (the outputs),
+    ROWS_PER_TASK a task; the block sums of x that Q4 blocks' offsets need are made once, first."""
+    cdef Py_ssize_t m = x.shape[0], k = x.shape[1], n = blocks.shape[0], ldw = blocks.shape[1], t
+    cdef Py_ssize_t ntasks = (n + ROWS_PER_TASK - 1) // ROWS_PER_TASK
+    cdef Py_ssize_t nxs = m * ((k // 32 + SA_QCH - 1) // SA_QCH * SA_QCH)  # x's block sums, rows padded
+    cdef float *xs = NULL
+    cdef const float *bias = NULL
+    # what keeps the C kernel within its arrays (the caller, silkattn._api, has checked them)
+    if not 0 <= kind < len(KINDS) or not 1 <= m <= SA_QROWS or k <= 0 or k % 32 or n <= 0:
+        raise ValueError(f"linear_q: kind {kind}, x of shape ({m}, {k}) or {n} rows of W out of range")
+    if ldw != k // 32 * SA_QBYTES(kind) or out.shape[0] != m or out.shape[1] != n:
+        raise ValueError(f"linear_q: blocks ({n}, {ldw}) and out ({out.shape[0]}, {out.shape[1]}) do not fit "
+                         f"x ({m}, {k}) of {KINDS[kind]}")
+    if has_bias:
+        if b.shape[0] != n:
+            raise ValueError(f"linear_q: b must have {n} elements, got {b.shape[0]}")
+        bias = &b[0]
+    if kind != SA_Q8_0:
+        xs = <float *>sa_alloc(nxs * sizeof(float))
+        if xs == NULL:
+            raise MemoryError("linear_q could not allocate the block sums of x")
+    with nogil:
+        if xs != NULL:
+            memset(xs, 0, nxs * sizeof(float))
+            sa_linear_q_xsum_f32(ISA, &x[0, 0], k, m, xs)
+        for t in prange(ntasks, num_threads=num_threads, schedule="static"):
+            sa_linear_q_rows_f32(ISA, kind, &x[0, 0], k, m, &blocks[0, 0], ldw, n, xs, bias, t * ROWS_PER_TASK,
+                                 min(n, (t + 1) * ROWS_PER_TASK), &out[0, 0], n)
+    free(xs)

@@ -1,0 +1,276 @@
+/* y = x W^T (+ b) for W held as GGUF blocks (silkattn.quant), a few rows of x: a decoding step's
+ * projections read 5 or 8.5 bits a weight instead of 32. Template: see instances.h; float only (the
+ * op has no double kernel), so the double instances are empty.
+ *
+ * Row j of W is k / 32 blocks of 32 weights, each a float16 scale d (and offset c) with 32 small
+ * integers q (reference.dequantize). Per block and row of x, x . w = d (x . q) + c sum(x), with
+ * c = m for Q4_1, -8 d for Q4_0 (w = d (q - 8)), none for Q8_0: the q are converted to float and
+ * multiplied with x, scaled by d, and the offsets come from the block sums of x, made once per call
+ * (sa_linear_q_xsum), 16 blocks' worth in one vector product. Each block is loaded and converted
+ * once for all the rows of x, J rows of W in flight (J m chains of FMAs hide each other's latency),
+ * the accumulators in registers: the row count and the block type are compile-time constants of
+ * each of the 24 loops of sa_linear_q_rows' switch. Scales are converted 16 at a time (one gather,
+ * F16C) into a buffer the products broadcast them from (a load, not a shuffle), and the next rows
+ * are prefetched: with J rows a pass, the hardware prefetcher alone falls behind on a big W. */
+#include "tmpl_simd.h"
+#if SA_TBYTES == 4
+
+#ifndef SA_QV
+#define SA_QV (32 / SA_VL)  /* vectors of a block's 32 weights */
+#define SA_QPF 2            /* passes (of J rows of W) the prefetches run ahead */
+/* the rows of W in flight per pass for M rows of x: at most 16 accumulators on AVX-512's 32
+ * registers, 8 on AVX2's 16 */
+#define SA_QJ(M) ((M) <= 2 ? 4 : (M) <= 4 ? (SA_VBYTES == 64 ? 4 : 2) : (SA_VBYTES == 64 ? 2 : 1))
+#endif
+
+#if !(SA_X86 && SA_VBYTES > 16)  /* the x86 copies convert with F16C (sa_q_scales) */
+/* The float16 of bits h as a float: by its bits (sign, 5-bit exponent biased 15, 10-bit fraction). */
+static inline SA_T SA_FN(sa_half)(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 31, f = h & 1023;
+    uint32_t bits;
+    if (e == 31) {
+        bits = sign | 0x7f800000u | f << 13;  /* inf, NaN */
+    } else if (e) {
+        bits = sign | (e + 112) << 23 | f << 13;  /* normal: the exponent rebiased to 127 */
+    } else {
+        const float v = (float)f * 0x1p-24f;  /* subnormal or 0: f 2^-24, exactly */
+        memcpy(&bits, &v, 4);
+        bits |= sign;
+    }
+    float r;
+    memcpy(&r, &bits, 4);
+    return r;
+}
+#endif
+
+/* 16 lanes with AVX-512: 4-bit q through a table (sa_q4) */
+#undef SA_QTABLE
+#if SA_X86 && SA_VBYTES / SA_TBYTES == 16 && defined(__AVX512F__)
+#define SA_QTABLE 1
+#else
+#define SA_QTABLE 0
+#endif
+
+/* The SA_VL bytes at p (any address: blocks are 18, 20 or 34 bytes, nothing is aligned) as int32
+ * lanes, zero-extended (u8) or sign-extended (i8): one vpmovzxbd / vpmovsxbd on x86. */
+#if SA_QTABLE
+static inline IVEC SA_FN(sa_u8)(const uint8_t *p) { return (IVEC)_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)); }
+static inline IVEC SA_FN(sa_i8)(const uint8_t *p) { return (IVEC)_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)); }
+#elif SA_X86 && SA_VBYTES / SA_TBYTES >= 8  /* AVX2: 8 lanes a half-register of 32 bytes */
+#define SA_QWIDEN(name, op)                                                                             \
+    static inline IVEC SA_FN(name)(const uint8_t *p) {                                                  \
+        union { IVEC v; __m256i h[SA_VL / 8]; } u;                                                      \
+        for (int i = 0; i < SA_VL / 8; i++) u.h[i] = op(_mm_loadl_epi64((const __m128i *)(p + 8 * i))); \
+        return u.v;                                                                                     \
+    }
+SA_QWIDEN(sa_u8, _mm256_cvtepu8_epi32)
+SA_QWIDEN(sa_i8, _mm256_cvtepi8_epi32)
+#undef SA_QWIDEN
+#else  /* generic (4 lanes): the bytes of one 32-bit word shifted into place */
+typedef uint32_t SA_FN(uivec) __attribute__((vector_size(SA_VBYTES)));
+static inline uint32_t SA_FN(sa_word)(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static inline IVEC SA_FN(sa_u8)(const uint8_t *p) {
+    const uint32_t w = SA_FN(sa_word)(p);
+    return (IVEC)(((SA_FN(uivec)){w, w, w, w} >> (SA_FN(uivec)){0, 8, 16, 24}) & 255);
+}
+static inline IVEC SA_FN(sa_i8)(const uint8_t *p) {
+    const uint32_t w = SA_FN(sa_word)(p);
+    return (IVEC)((SA_FN(uivec)){w, w, w, w} << (SA_FN(uivec)){24, 16, 8, 0}) >> 24;  /* arithmetic shift */
+}
+#endif
+
+/* The q of a 4-bit block (p: its 16 bytes; byte i holds q_i low, q_(i + 16) high) as SA_QV vectors;
+ * with SA_QTABLE, d q (dv: d in every lane). */
+static inline __attribute__((always_inline)) void SA_FN(sa_q4)(const uint8_t *p, VEC *q, VEC dv) {
+#if SA_QTABLE
+    /* the bytes widened once; each nibble picks its d q from a 16-entry table (vpermps reads the
+     * low 4 bits of an index): no masking, no conversion, one product for the 32 weights */
+    const VEC table = dv * (VEC){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    const IVEC i = SA_FN(sa_u8)(p);
+    q[0] = __builtin_shuffle(table, i);
+    q[1] = __builtin_shuffle(table, i >> 4);
+#else
+    (void)dv;
+#pragma GCC unroll 8
+    for (int v = 0; v < SA_QV; v++) {
+        const IVEC b = SA_FN(sa_u8)(p + v * SA_VL % 16);
+        q[v] = __builtin_convertvector(v * SA_VL < 16 ? b & 15 : b >> 4, VEC);
+    }
+#endif
+}
+
+/* The q of a Q8_0 block (p: its 32 int8) as SA_QV vectors. */
+static inline __attribute__((always_inline)) void SA_FN(sa_q8)(const uint8_t *p, VEC *q) {
+#pragma GCC unroll 8
+    for (int v = 0; v < SA_QV; v++) q[v] = __builtin_convertvector(SA_FN(sa_i8)(p + v * SA_VL), VEC);
+}
+
+/* The sum of v's lanes: halves folded onto each other by shuffles (log2 SA_VL adds, in registers). */
+static inline SA_T SA_FN(sa_qhsum)(VEC v) {
+#if SA_VBYTES / SA_TBYTES == 16
+    v += __builtin_shuffle(v, (IVEC){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
+#endif
+#if SA_VBYTES / SA_TBYTES >= 8
+    v += __builtin_shuffle(v, (IVEC){4, 5, 6, 7, 0, 1, 2, 3});
+#endif
+    v += __builtin_shuffle(v, (IVEC){2, 3, 0, 1});
+    return v[0] + v[1];
+}
+
+/* x in every lane (a broadcast; splat's 0 + x costs an add, kept for -0) */
+static inline VEC SA_FN(sa_qsplat)(SA_T x) { return __builtin_shuffle((VEC){x}, (IVEC){0}); }
+
+/* The scales d (and offsets c, unless Q8_0) of nc <= SA_QCH blocks from p as floats; zeros after. */
+static inline __attribute__((always_inline)) void SA_FN(sa_q_scales)(const int kind, const uint8_t *p, int nc,
+                                                                     SA_T *d, SA_T *c) {
+    const int bytes = SA_QBYTES(kind);
+#if SA_X86 && SA_VBYTES > 16 && defined(__AVX512F__)
+    /* one gather of the blocks' first 4 bytes (d, then m or q), F16C on the 16 halves of each kind */
+    const __m512i at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                          _mm512_set1_epi32(bytes));
+    const __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), (__mmask16)((1u << nc) - 1), at, p, 1);
+    _mm512_store_ps(d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g)));
+    if (kind == SA_Q4_1) _mm512_store_ps(c, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g, 16))));
+#elif SA_X86 && SA_VBYTES > 16  /* AVX2: 8 at a time */
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i at = _mm256_mullo_epi32(lane, _mm256_set1_epi32(bytes)), low = _mm256_set1_epi32(0xffff);
+    for (int h = 0; h < SA_QCH; h += 8) {
+        __m256i g = _mm256_setzero_si256();
+        if (nc > h)  /* the lanes past nc are not read */
+            g = _mm256_mask_i32gather_epi32(g, (const int *)(p + h * bytes), at,
+                                            _mm256_cmpgt_epi32(_mm256_set1_epi32(nc - h), lane), 1);
+        const __m256i dh = _mm256_and_si256(g, low), ch = _mm256_srli_epi32(g, 16);
+        _mm256_store_ps(d + h, _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(dh),
+                                                                _mm256_extracti128_si256(dh, 1))));
+        if (kind == SA_Q4_1)
+            _mm256_store_ps(c + h, _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(ch),
+                                                                    _mm256_extracti128_si256(ch, 1))));
+    }
+#else
+    for (int i = 0; i < SA_QCH; i++) {
+        d[i] = i < nc ? SA_FN(sa_half)((uint16_t)(p[i * bytes] | p[i * bytes + 1] << 8)) : 0;
+        if (kind == SA_Q4_1) c[i] = i < nc ? SA_FN(sa_half)((uint16_t)(p[i * bytes + 2] | p[i * bytes + 3] << 8)) : 0;
+    }
+#endif
+    if (kind == SA_Q4_0)
+        for (int i = 0; i < SA_QCH; i += SA_VL) STORE(c + i, LOAD(d + i) * -8);
+}
+
+/* y[r, j + u] = x[r] . W[j + u] (+ b[j + u]) for the M rows r of x (ld k) and the J rows u of W
+ * from row j (of n; ld ldw bytes); xs: the block sums of x (sa_linear_q_xsum) unless Q8_0. */
+static inline __attribute__((always_inline)) void SA_FN(sa_q_group)(const int kind, const int M, const int J,
+                                                                    const SA_T *x, int64_t k, const uint8_t *w,
+                                                                    int64_t ldw, int64_t n, const SA_T *xs,
+                                                                    const SA_T *b, int64_t j, SA_T *y,
+                                                                    int64_t ldy) {
+    const int bytes = SA_QBYTES(kind), head = kind == SA_Q4_1 ? 4 : 2;
+    /* q scaled by d once, before the rows of x, when that saves products (or comes free: the table) */
+    const int scaled = (SA_QTABLE && kind != SA_Q8_0) || M >= 3;
+    const int64_t nb = k / 32, nbp = (nb + SA_QCH - 1) / SA_QCH * SA_QCH;
+    const uint8_t *wj = w + j * ldw;
+    /* the hardware prefetcher follows one stream; J rows a pass are J of them: fetch ahead */
+    const uint8_t *ahead = j + (SA_QPF + 1) * J <= n ? wj + SA_QPF * J * ldw : NULL;
+    SA_T d[4][SA_QCH] __attribute__((aligned(64))), c[4][SA_QCH] __attribute__((aligned(64)));
+    VEC acc[SA_QROWS][4];  /* acc[r][u]: x[r] . W[j + u], lane-wise */
+#pragma GCC unroll 8
+    for (int r = 0; r < M; r++)
+#pragma GCC unroll 4
+        for (int u = 0; u < J; u++) acc[r][u] = SA_FN(splat)(0);
+    for (int64_t i0 = 0; i0 < nb; i0 += SA_QCH) {
+        const int nc = nb - i0 < SA_QCH ? (int)(nb - i0) : SA_QCH;
+#pragma GCC unroll 4
+        for (int u = 0; u < J; u++) SA_FN(sa_q_scales)(kind, wj + u * ldw + i0 * bytes, nc, d[u], c[u]);
+        for (int ib = 0; ib < nc; ib++) {
+            const int64_t i = i0 + ib;
+            const SA_T *xi = x + i * 32;
+#pragma GCC unroll 4
+            for (int u = 0; u < J; u++) {
+                const uint8_t *p = wj + u * ldw + i * bytes;
+                if (ahead) __builtin_prefetch(ahead + u * ldw + i * bytes);
+                const VEC dv = SA_FN(sa_qsplat)(d[u][ib]);
+                VEC q[SA_QV];
+                if (kind == SA_Q8_0)
+                    SA_FN(sa_q8)(p + head, q);
+                else
+                    SA_FN(sa_q4)(p + head, q, dv);
+                if (scaled && !(SA_QTABLE && kind != SA_Q8_0))
+#pragma GCC unroll 8
+                    for (int v = 0; v < SA_QV; v++) q[v] *= dv;
+#pragma GCC unroll 8
+                for (int r = 0; r < M; r++) {
+                    const SA_T *xr = xi + r * k;
+                    if (scaled) {
+#pragma GCC unroll 8
+                        for (int v = 0; v < SA_QV; v++) acc[r][u] += LOAD(xr + v * SA_VL) * q[v];
+                    } else {
+                        VEC t = LOAD(xr) * q[0];
+#pragma GCC unroll 8
+                        for (int v = 1; v < SA_QV; v++) t += LOAD(xr + v * SA_VL) * q[v];
+                        acc[r][u] += dv * t;
+                    }
+                }
+            }
+        }
+        if (kind != SA_Q8_0)  /* the chunk's offsets: sum over its blocks of c sum(x), lane-wise */
+#pragma GCC unroll 4
+            for (int u = 0; u < J; u++)
+#pragma GCC unroll 8
+                for (int r = 0; r < M; r++)
+#pragma GCC unroll 4
+                    for (int g = 0; g < SA_QCH; g += SA_VL)
+                        acc[r][u] += LOAD(c[u] + g) * LOAD(xs + r * nbp + i0 + g);
+    }
+#pragma GCC unroll 4
+    for (int u = 0; u < J; u++)
+#pragma GCC unroll 8
+        for (int r = 0; r < M; r++) y[r * ldy + j + u] = SA_FN(sa_qhsum)(acc[r][u]) + (b ? b[j + u] : 0);
+}
+
+/* Rows j0 .. j1 of y = x W^T for M rows of x: groups of SA_QJ(M) rows of W, then one at a time. */
+static inline __attribute__((always_inline)) void SA_FN(sa_q_rows)(const int kind, const int M, const SA_T *x,
+                                                                   int64_t k, const uint8_t *w, int64_t ldw,
+                                                                   int64_t n, const SA_T *xs, const SA_T *b,
+                                                                   int64_t j0, int64_t j1, SA_T *y, int64_t ldy) {
+    int64_t j = j0;
+    for (; j + SA_QJ(M) <= j1; j += SA_QJ(M))
+        SA_FN(sa_q_group)(kind, M, SA_QJ(M), x, k, w, ldw, n, xs, b, j, y, ldy);
+    for (; j < j1; j++) SA_FN(sa_q_group)(kind, M, 1, x, k, w, ldw, n, xs, b, j, y, ldy);
+}
+
+/* y[:m, j0:j1] = x W[j0:j1]^T (+ b): x (m, k), 1 <= m <= SA_QROWS; W: n rows of ldw bytes, blocks of
+ * type kind; xs from sa_linear_q_xsum (unused for Q8_0). */
+static void SA_FN(sa_linear_q_rows)(int kind, const SA_T *x, int64_t k, int64_t m, const uint8_t *w, int64_t ldw,
+                                    int64_t n, const SA_T *xs, const SA_T *b, int64_t j0, int64_t j1, SA_T *y,
+                                    int64_t ldy) {
+#define SA_QCASE(K, M) \
+    case (K) * SA_QROWS + (M) - 1: SA_FN(sa_q_rows)(K, M, x, k, w, ldw, n, xs, b, j0, j1, y, ldy); break;
+#define SA_QCASES(K) \
+    SA_QCASE(K, 1) SA_QCASE(K, 2) SA_QCASE(K, 3) SA_QCASE(K, 4) SA_QCASE(K, 5) SA_QCASE(K, 6) SA_QCASE(K, 7) \
+    SA_QCASE(K, 8)
+    switch (kind * SA_QROWS + (int)m - 1) {
+        SA_QCASES(SA_Q8_0)
+        SA_QCASES(SA_Q4_0)
+        SA_QCASES(SA_Q4_1)
+        default: break;  /* the caller checks kind and m */
+    }
+#undef SA_QCASES
+#undef SA_QCASE
+}
+
+/* xs[r nbp + i] = sum of x[r, 32 i : 32 i + 32], the block sums of the m rows of x (k a multiple of
+ * 32), rows nbp = k / 32 rounded up to SA_QCH apart; the caller zeroes the padding. */
+static void SA_FN(sa_linear_q_xsum)(const SA_T *x, int64_t k, int64_t m, SA_T *xs) {
+    const int64_t nb = k / 32, nbp = (nb + SA_QCH - 1) / SA_QCH * SA_QCH;
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t i = 0; i < nb; i++) {
+            const SA_T *xr = x + r * k + i * 32;
+            VEC s = LOAD(xr);
+#pragma GCC unroll 8
+            for (int v = 1; v < SA_QV; v++) s += LOAD(xr + v * SA_VL);
+            xs[r * nbp + i] = SA_FN(sa_qhsum)(s);
+        }
+}
+
+#endif
