@@ -3,9 +3,9 @@ without a C toolchain.
 
 Exports its Kernels record and the ops of silkattn.ops run on it alone: silkattn.numba.attention,
 softmax, layer_norm and the rest of silkattn.ops (add_layer_norm runs its NumPy fallback here). The
-kernels are in softmax.py, layer_norm.py, attention.py, linear.py, feed_forward.py, rms_norm.py,
-rope.py and silu_mul.py, their SIMD layer in _simd.py, the kernel-contract entry points (packing,
-scheduling, workspace) in driver.py.
+kernels are in softmax.py, layer_norm.py, attention.py, linear.py, linear_q.py, feed_forward.py,
+rms_norm.py, rope.py and silu_mul.py, their SIMD layer in _simd.py, the kernel-contract entry points
+(packing, scheduling, workspace) in driver.py.
 """
 from .. import ops
 from .._backends import Kernels, TileGeometry
@@ -30,8 +30,9 @@ from .attention import BQ, R  # noqa: E402
 
 OPENMP = True  # Numba's own threading layer (omp, tbb or workqueue) is always there
 KERNELS = Kernels("numba", softmax=driver.softmax, layer_norm=driver.layer_norm, attention=driver.attention,
-                  attention_tiles=TileGeometry(BQ, BQ, R), linear=driver.linear, bias_relu=driver.bias_relu,
-                  bias_gelu=driver.bias_gelu, rms_norm=driver.rms_norm, add_rms_norm=driver.add_rms_norm,
+                  attention_tiles=TileGeometry(BQ, BQ, R), linear=driver.linear, linear_q=driver.linear_q,
+                  bias_relu=driver.bias_relu, bias_gelu=driver.bias_gelu, rms_norm=driver.rms_norm,
+                  add_rms_norm=driver.add_rms_norm,
                   rope=driver.rope, silu_mul=driver.silu_mul, isa=f"{_simd.VBYTES * 8}-bit (llvm)")
 
 globals().update(ops.bind(KERNELS))

@@ -96,6 +96,12 @@ if numba.config.DISABLE_JIT:
         return np.concatenate([[a.sum(dtype=a.dtype), b.sum(dtype=a.dtype), c.sum(dtype=a.dtype),
                                 d.sum(dtype=a.dtype)], np.zeros(a.size - 4, a.dtype)]).astype(a.dtype)
 
+    def vload_q8(like, a, i):
+        return a[i:i + VBYTES // like.dtype.itemsize].view(np.int8).astype(like.dtype)
+
+    def vload_q4(like, a, i, shift):
+        return ((a[i:i + VBYTES // like.dtype.itemsize] >> shift) & 15).astype(like.dtype)
+
     def vexp(v):
         lo = -87.33654 if v.dtype == np.float32 else -708.0
         with np.errstate(under="ignore", over="ignore"):
@@ -176,6 +182,41 @@ else:
                           align=sig.args[2].dtype.bitwidth // 8)
             return context.get_dummy_value()
         return types.none(a, i, v), codegen
+
+    def _bytes_at(context, builder, sig, args, vt):
+        """The register's worth of bytes of the uint8 array args[1] from byte args[2] (any address)."""
+        ptr = _vptr(context, builder, sig.args[1], args[1], args[2], sig.args[2],
+                    ir.VectorType(ir.IntType(8), vt.lanes))
+        return builder.load(ptr, align=1)
+
+    @intrinsic
+    def vload_q8(typingctx, like, a, i):
+        """float(int8(a[i + l])) in lane l of a register of like's dtype: a's uint8 bytes as the int8
+        q of a Q8_0 block (one vpmovsxbd and a conversion)."""
+        vt = _vec_of(getattr(like, "dtype", None))
+        if vt is None or not isinstance(a, types.Array) or a.dtype != types.uint8:
+            return None
+
+        def codegen(context, builder, sig, args):
+            return builder.sitofp(_bytes_at(context, builder, sig, args, vt), _ll(context, vt))
+        return vt(like, a, i), codegen
+
+    @intrinsic
+    def vload_q4(typingctx, like, a, i, shift):
+        """float((a[i + l] >> shift) & 15) in lane l of a register of like's dtype: the low (shift 0) or
+        high (shift 4) nibbles of a 4-bit block's bytes."""
+        vt = _vec_of(getattr(like, "dtype", None))
+        if vt is None or not isinstance(a, types.Array) or a.dtype != types.uint8:
+            return None
+
+        def codegen(context, builder, sig, args):
+            i8 = ir.IntType(8)
+            byte = _bytes_at(context, builder, sig, args, vt)
+            count = builder.trunc(context.cast(builder, args[3], sig.args[3], types.int64), i8)
+            nibble = builder.and_(builder.lshr(byte, _splat_value(builder, byte.type, count)),
+                                  _const(byte.type, 15))
+            return builder.uitofp(nibble, _ll(context, vt))
+        return vt(like, a, i, shift), codegen
 
     @intrinsic
     def vbcast(typingctx, a, i):

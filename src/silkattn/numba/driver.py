@@ -15,6 +15,7 @@ from . import attention as _attention
 from . import feed_forward as _feed_forward
 from . import layer_norm as _layer_norm
 from . import linear as _linear
+from . import linear_q as _linear_q
 from . import rms_norm as _rms_norm
 from . import rope as _rope
 from . import silu_mul as _silu_mul
@@ -183,6 +184,14 @@ def linear(x, w, b, out, transposed, has_bias, num_threads):
         np.sum(partial, axis=0, out=out)
     if has_bias:
         out += b
+
+
+def linear_q(x, blocks, kind, b, out, has_bias, num_threads):
+    """The kernel contract's linear_q (see linear_q.py); its inputs read-only (a memory map as the
+    plain array it is): one compiled signature."""
+    nthreads = _use_threads(num_threads)
+    _linear_q.linear_q_rows(_read_only(x), _read_only(np.asarray(blocks)), int(kind), _read_only(b),
+                            bool(has_bias), out, nthreads)
 
 
 _local = threading.local()
