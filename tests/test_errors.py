@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from silkattn import reference as ref
+from silkattn.quant import QuantizedMatrix
 
 from conftest import assert_close
 
@@ -14,6 +15,8 @@ def f32(*shape):
 
 Q = f32(4, 8)
 Q3, Q6, K4, K9 = f32(2, 4, 8), f32(6, 4, 8), f32(4, 4, 8), f32(2, 9, 8)
+QW = QuantizedMatrix("Q4_1", np.zeros((3, 2 * 20), np.uint8))  # W: (64, 3) as GGUF blocks
+QBUF = f32(200)  # X and an out inside it
 
 # (id, op, args, kwargs, error class, text the message must contain)
 BAD = [
@@ -205,9 +208,46 @@ BAD = [
      ValueError, "out must have shape (3, 4)"),
     ("silu_out_dtype", "silu_mul", (f32(3, 4), f32(3, 4)), {"out": np.ones((3, 4))},
      ValueError, "dtype float32"),
+    # linear with W as GGUF blocks (QW: a (64, 3) QuantizedMatrix)
+    ("q_X_width", "linear", (f32(2, 32), QW), {}, ValueError, "W must have shape (32, n)"),
+    ("q_X_0d", "linear", (np.float32(1), QW), {}, ValueError, "X must have at least one dimension"),
+    ("q_X_int", "linear", (np.ones((2, 64), int), QW), {}, TypeError, "X must be a float32 or float64"),
+    ("q_b_length", "linear", (f32(2, 64), QW, f32(4)), {}, ValueError, "b must have shape (3,)"),
+    ("q_b_str", "linear", (f32(2, 64), QW, np.array(["a"] * 3)), {}, TypeError, "b must be"),
+    ("q_out_shape", "linear", (f32(2, 64), QW), {"out": f32(2, 4)}, ValueError, "out must have shape (2, 3)"),
+    ("q_out_dtype", "linear", (f32(2, 64), QW), {"out": np.ones((2, 3))}, ValueError, "dtype float32"),
+    ("q_out_dtype_b64", "linear", (f32(2, 64), QW, np.ones(3)), {"out": f32(2, 3)},
+     ValueError, "dtype float64"),
+    ("q_out_strided", "linear", (f32(2, 64), QW), {"out": f32(2, 6)[:, ::2]}, ValueError, "C-contiguous"),
+    ("q_out_overlap", "linear", (QBUF[:128].reshape(2, 64), QW), {"out": QBUF[100:106].reshape(2, 3)},
+     ValueError, "overlap"),
     ("silu_out_readonly", "silu_mul", (f32(3, 4), f32(3, 4)), {"out": np.broadcast_to(np.float32(0), (3, 4))},
      ValueError, "writeable"),
 ]
+
+
+# QuantizedMatrix(kind, blocks): (id, kind, blocks, error class, text the message must contain)
+QUANT_BAD = [
+    ("kind_unknown", "Q5_K", np.zeros((2, 40), np.uint8), ValueError, "kind must be one of Q8_0, Q4_0, Q4_1"),
+    ("kind_lowercase", "q4_1", np.zeros((2, 40), np.uint8), ValueError, "kind must be one of"),
+    ("kind_int", 2, np.zeros((2, 40), np.uint8), TypeError, "kind must be a str"),
+    ("blocks_list", "Q4_1", [[0] * 40] * 2, TypeError, "blocks must be a numpy.ndarray"),
+    ("blocks_int8", "Q8_0", np.zeros((2, 34), np.int8), TypeError, "blocks must be uint8"),
+    ("blocks_float", "Q4_0", np.zeros((2, 18), np.float32), TypeError, "blocks must be uint8"),
+    ("blocks_1d", "Q4_1", np.zeros(40, np.uint8), ValueError, "blocks must be 2-D"),
+    ("blocks_3d", "Q4_1", np.zeros((2, 2, 20), np.uint8), ValueError, "blocks must be 2-D"),
+    ("blocks_part_block", "Q4_1", np.zeros((2, 41), np.uint8), ValueError, "whole Q4_1 blocks of 20 bytes"),
+    ("blocks_q8_row", "Q8_0", np.zeros((2, 40), np.uint8), ValueError, "whole Q8_0 blocks of 34 bytes"),
+    ("blocks_strided", "Q4_1", np.zeros((2, 80), np.uint8)[:, ::2], ValueError, "C-contiguous"),
+]
+
+
+@pytest.mark.parametrize("kind, blocks, error, text", [c[1:] for c in QUANT_BAD],
+                         ids=[c[0] for c in QUANT_BAD])
+def test_bad_quantized_matrix_is_a_clear_error(kind, blocks, error, text):
+    with pytest.raises(error) as info:
+        QuantizedMatrix.from_blocks(kind, blocks)
+    assert text in str(info.value)
 
 
 @pytest.mark.parametrize("op, args, kwargs, error, text", [c[1:] for c in BAD], ids=[c[0] for c in BAD])

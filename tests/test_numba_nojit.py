@@ -67,6 +67,19 @@ SCRIPT = textwrap.dedent("""
         expected = ref.silu(H[:, :37].astype(np.float64)) * H[:, 37:]
         sn.silu_mul(H[:, :37], H[:, 37:], out=H[:, :37])
         np.testing.assert_allclose(H[:, :37], expected, **TOL[np.dtype(dtype)])
+        if dtype == np.float32:  # linear with W as GGUF blocks (float32 only, as its kernel)
+            from silkattn.quant import QuantizedMatrix
+            for kind, size in ref.QUANT_BYTES.items():
+                blocks = rng.integers(0, 256, (20, 3 * size), dtype=np.uint8)
+                halves = blocks.reshape(20, 3, size)[..., :4 if kind == "Q4_1" else 2].view(np.uint16)
+                halves &= 0xBBFF  # finite scales below 2
+                W = QuantizedMatrix(kind, blocks)
+                Xq = rng.standard_normal((3, 96)).astype(dtype)
+                bq = rng.standard_normal(20).astype(dtype)
+                W64 = W.dequantize().astype(np.float64)
+                M = np.abs(Xq.astype(np.float64)) @ (np.abs(W64) + 16) + np.abs(bq)
+                err = np.abs(sn.linear(Xq, W, bq) - (Xq.astype(np.float64) @ W64 + bq))
+                assert (err <= 1e-5 * M).all(), (kind, err.max())
     print("nojit ok")
 """)
 

@@ -12,7 +12,7 @@ import silkattn.cython
 HERE = os.path.dirname(os.path.abspath(__file__))
 KERNEL_SUITE = ["test_attention.py", "test_attention_varlen.py", "test_softmax.py", "test_layer_norm.py",
                 "test_linear.py", "test_bias_gelu.py", "test_bias_relu.py", "test_add_layer_norm.py",
-                "test_rms_norm.py", "test_rope.py", "test_silu_mul.py"]
+                "test_rms_norm.py", "test_rope.py", "test_silu_mul.py", "test_linear_q.py"]
 
 
 def run(code_or_args, isa):
@@ -49,7 +49,7 @@ def test_numba_64_byte_vectors_pass_the_kernel_suite():
     CPU; float32, where 16 lanes a register change the code's shape. Without a cache: a minute."""
     env = dict(os.environ, SILKATTN_NUMBA_VBYTES="64")
     files = ["test_attention.py", "test_attention_varlen.py", "test_softmax.py", "test_layer_norm.py",
-             "test_linear.py", "test_rms_norm.py", "test_rope.py", "test_silu_mul.py"]
+             "test_linear.py", "test_rms_norm.py", "test_rope.py", "test_silu_mul.py", "test_linear_q.py"]
     command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-k",
                "numba and float32 and not 2threads", *files]
     proc = subprocess.run(command, env=env, capture_output=True, text=True, cwd=HERE)

@@ -228,7 +228,7 @@ def linear_q(kernels, X, W, b, out):
     out = check_out(out, X.shape[:-1] + (n,), dtype, [X, W.blocks])
     rows = X.size // k if k else 0
     if kernels.linear_q is None or dtype != np.float32 or not 0 < rows <= LINEAR_ROWS or not n:
-        np.matmul(X, W.dequantize(), out=out)
+        np.matmul(X.astype(dtype, copy=False), W.dequantize(), out=out)  # in the result's dtype (b's too)
         if b is not None:
             out += b
         return out

@@ -1,0 +1,166 @@
+"""linear with W a QuantizedMatrix (GGUF blocks) on every backend against the reference in float64,
+X64 @ dequantize(blocks).T: the few-row kernel (linear_q) and numpy's matmul beyond it; and
+reference.dequantize against the gguf package, bit for bit."""
+import numpy as np
+import pytest
+
+from silkattn import reference as ref
+from silkattn._api import LINEAR_ROWS
+from silkattn.quant import KINDS, QuantizedMatrix
+
+from conftest import f64
+
+# How far a result may stray from X64 W64 (W64: the reference's float32 weights in float64), as a
+# number of roundings n times the unit u of the result's dtype, times the magnitude
+# M = sum_i |x_i| (|d q_i| + |c|) + |b| (c: the block's offset, m for Q4_1, -8 d for Q4_0, none for
+# Q8_0; the kernels add it as c sum(x)). A sum in which each term passes through at most n roundings
+# is off by at most about n u M. The kernels' order: at most 32 roundings within a block (its
+# products with x and their sum), its scale, k / 32 accumulating the blocks, at most 4 for the sum
+# of a register's lanes, and a few for the offsets, the bias and the reference's own rounding of
+# d q + m: n = k / 32 + 40. numpy's matmul (many rows, float64 X, the numpy backend) sums the k
+# terms in an order of its own: n = k + 2.
+UNIT = {np.dtype(np.float32): 2.0 ** -24, np.dtype(np.float64): 2.0 ** -53}
+
+
+def roundings(k, kernel):
+    return k // 32 + 40 if kernel else k + 2
+
+
+def assert_close_q(actual, X, W, b, kernel):
+    """actual against X64 W64 (+ b) within the bound above; its dtype is the result's."""
+    dtype = np.result_type(X, np.float32, *(() if b is None else (b,)))
+    X64, W64 = f64(X, W.dequantize())
+    blocks = W.blocks.reshape(W.shape[1], -1, W.block_bytes)
+    no_q = blocks.copy()
+    no_q[..., 4 if W.kind == "Q4_1" else 2:] = 0  # q = 0: the blocks' offsets alone (-8 d for Q4_0)
+    offsets = np.abs(ref.dequantize(no_q.reshape(W.blocks.shape), W.kind).T.astype(np.float64))
+    # |d q| <= |w| + |c| for the 4-bit kinds (c = 0 for Q8_0)
+    M = np.abs(X64) @ (np.abs(W64) + 2 * offsets) + (0 if b is None else np.abs(f64(b)[0]))
+    expected = X64 @ W64 + (0 if b is None else f64(b)[0])
+    assert isinstance(actual, np.ndarray) and actual.dtype == dtype, (type(actual), actual.dtype, dtype)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    bound = roundings(X.shape[-1], kernel) * UNIT[dtype] * M
+    err = np.abs(actual - expected)
+    assert (err <= bound).all(), f"worst error {np.max(err / np.maximum(bound, 1e-300)):.3g} x the bound"
+
+
+def random_blocks(rng, kind, n, k, scales=(1e-3, 1e-1)):
+    """(n, k / 32 * block bytes) random blocks: random q bytes, fp16 scales (and Q4_1's offsets) of
+    random sign and magnitudes log-uniform in `scales`."""
+    size = ref.QUANT_BYTES[kind]
+    blocks = rng.integers(0, 256, (n, k // 32, size), dtype=np.uint8)
+    halves = 2 if kind == "Q4_1" else 1
+    lo, hi = np.log(scales)
+    h = np.exp(rng.uniform(lo, hi, (n, k // 32, halves))) * rng.choice([-1, 1], (n, k // 32, halves))
+    blocks[..., :2 * halves] = h.astype(np.float16).view(np.uint8).reshape(n, k // 32, 2 * halves)
+    return blocks.reshape(n, -1)
+
+
+def uses_kernel(backend, X):
+    rows = X.size // X.shape[-1]
+    return backend.__name__ != "silkattn._numpy" and X.dtype == np.float32 and rows <= LINEAR_ROWS
+
+
+SHAPES = [  # (lead of X, k, n): rows 1 .. 8 run the kernel, more numpy's matmul
+    ((1,), 32, 1), ((2,), 64, 3), ((3,), 576, 17), ((4,), 1536, 64), ((5,), 32, 65), ((6,), 64, 576),
+    ((7,), 576, 1000), ((8,), 1536, 65), ((), 576, 576), ((2, 3), 64, 17), ((1,), 1536, 1000),
+    ((1,), 576, 65), ((8,), 576, 3), ((9,), 576, 64), ((4, 5), 32, 1), ((20,), 1536, 17),
+]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("lead, k, n", SHAPES)
+def test_linear_q_matches_the_reference(any_backend, threads, rng, lead, k, n, bias, kind):
+    W = QuantizedMatrix(kind, random_blocks(rng, kind, n, k))
+    X = rng.standard_normal(lead + (k,)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32) if bias else None
+    assert_close_q(any_backend.linear(X, W, b), X, W, b, uses_kernel(any_backend, X))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("m", [1, 3, 8])
+def test_linear_q_extreme_scales(any_backend, threads, rng, kind, m):
+    """Scales from fp16's subnormals to its largest (65504), zeros and both signs, mixed in a row."""
+    k, n = 1536, 67
+    blocks = random_blocks(rng, kind, n, k).reshape(n, k // 32, -1)
+    special = np.array([65504, -65504, 2.0 ** -24, -(2.0 ** -24), 6.1e-5, 3e-7, 0, -0.0, 1, 1000], np.float16)
+    halves = 2 if kind == "Q4_1" else 1
+    pick = special[rng.integers(0, len(special), (n, k // 32, halves))]
+    blocks[..., :2 * halves] = pick.view(np.uint8).reshape(n, k // 32, 2 * halves)
+    W = QuantizedMatrix(kind, blocks.reshape(n, -1))
+    X = rng.standard_normal((m, k)).astype(np.float32)
+    assert_close_q(any_backend.linear(X, W), X, W, None, uses_kernel(any_backend, X))
+
+
+def test_linear_q_out_float64_views_and_read_only_blocks(any_backend, rng, tmp_path):
+    k, n = 576, 96
+    blocks = random_blocks(rng, "Q4_1", n, k)
+    path = tmp_path / "blocks.bin"
+    blocks.tofile(path)
+    mapped = np.memmap(path, np.uint8, "r", shape=blocks.shape)  # as a GGUF file's tensor: read-only
+    W = QuantizedMatrix.from_blocks("Q4_1", mapped)
+    assert W.shape == (k, n) and W.dtype == np.float32 and W.nbytes == blocks.nbytes and W.blocks is mapped
+    X = rng.standard_normal((2, k)).astype(np.float32)
+    cache = np.zeros((10, n), np.float32)
+    assert any_backend.linear(X, W, out=cache[3:5]) is not None  # straight into rows of a cache
+    assert_close_q(cache[3:5], X, W, None, uses_kernel(any_backend, X))
+    assert not cache[:3].any() and not cache[5:].any()
+    X64 = X.astype(np.float64)  # float64: numpy's matmul on W.dequantize(), in float64
+    assert_close_q(any_backend.linear(X64, W), X64, W, None, False)
+    b64 = rng.standard_normal(n)
+    assert_close_q(any_backend.linear(X, W, b64), X, W, b64, False)  # a float64 b: a float64 result
+    frozen = X.copy()
+    frozen.flags.writeable = False
+    assert_close_q(any_backend.linear(frozen[:, ::-1], W), X[:, ::-1], W, None, uses_kernel(any_backend, X))
+    np.testing.assert_array_equal(blocks, mapped)  # never written
+    np.testing.assert_array_equal(W.dequantize(), ref.dequantize(blocks, "Q4_1").T)
+
+
+def test_quantized_matrix_is_its_blocks(rng):
+    blocks = random_blocks(rng, "Q8_0", 5, 64)
+    W = QuantizedMatrix("Q8_0", blocks)
+    assert W.blocks is blocks and W.kind == "Q8_0" and W.shape == (64, 5) and W.ndim == 2
+    assert W.dequantize().shape == (64, 5) and W.dequantize().dtype == np.float32
+    with pytest.raises(AttributeError):
+        W.kind = "Q4_0"  # frozen
+    assert "Q8_0" in repr(W) and "(64, 5)" in repr(W)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_dequantize_matches_gguf_bit_for_bit(rng, kind):
+    gguf = pytest.importorskip("gguf")
+    size = ref.QUANT_BYTES[kind]
+    blocks = rng.integers(0, 256, (37, 9 * size), dtype=np.uint8)
+    halves = blocks.reshape(37, 9, size)[..., :4 if kind == "Q4_1" else 2].view(np.uint16)
+    finite = (halves & 0x7C00) != 0x7C00  # random bits with exponent 31 are inf/NaN: made finite
+    halves[~finite] &= 0xBFFF
+    ours = ref.dequantize(blocks, kind)
+    theirs = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType[kind])
+    assert ours.dtype == np.float32 and ours.shape == (37, 9 * 32)
+    np.testing.assert_array_equal(ours.view(np.uint32), np.asarray(theirs, np.float32).view(np.uint32))
+
+
+def test_the_kernel_runs_for_a_few_float32_rows_only(backend, rng):
+    """The compiled backends' linear_q sees each call of 1 .. LINEAR_ROWS float32 rows, the blocks
+    themselves (no copy); more rows or float64 take numpy's matmul."""
+    import dataclasses
+
+    from silkattn import _api
+
+    seen = []
+
+    def spy(x, blocks, kind, b, out, has_bias, num_threads):
+        seen.append((x.shape, blocks, kind))
+        backend.KERNELS.linear_q(x, blocks, kind, b, out, has_bias, num_threads)
+
+    kernels = dataclasses.replace(backend.KERNELS, linear_q=spy)
+    W = QuantizedMatrix("Q4_0", random_blocks(rng, "Q4_0", 40, 64))
+    for rows in (1, LINEAR_ROWS):
+        X = rng.standard_normal((rows, 64)).astype(np.float32)
+        assert_close_q(_api.linear(kernels, X, W), X, W, None, True)
+    assert [(shape, kind) for shape, _, kind in seen] == [((1, 64), 1), ((LINEAR_ROWS, 64), 1)]
+    assert all(blocks is W.blocks for _, blocks, _ in seen)
+    _api.linear(kernels, rng.standard_normal((LINEAR_ROWS + 1, 64)).astype(np.float32), W)
+    _api.linear(kernels, rng.standard_normal((1, 64)), W)
+    assert len(seen) == 2
