@@ -6,6 +6,9 @@
 The weights are dequantized to float32 once, at load (the gguf package's dequantize of the file's
 blocks); the Q and K projections' rows are put back in the half-split rotary layout (GGUF stores
 them in llama.cpp's interleaved one), so the model is the reference's llama() on those weights.
+A prefill (many rows) multiplies by those float32 matrices (GEMMs); a decoding step (one row)
+reads the file's own blocks instead (silkattn.quant.QuantizedMatrix: Q8_0, Q4_0, Q4_1), the same
+weights in 5 to 8.5 bits each rather than 32, which is what a step's time is spent reading.
 
 A step runs the fused ops: RMSNorm with the residual add before it (ops.add_rms_norm), one
 projection for Q, K and V, rotary embeddings applied in place to Q and K in one call (ops.rope),
@@ -21,7 +24,7 @@ import time
 import numpy as np
 
 from .. import _checks as check
-from .. import ops
+from .. import ops, quant
 from .. import reference as ref
 from . import gguf
 
@@ -82,12 +85,19 @@ def _unpermute(W, n_head):  # (n_head * d_head, d) rows as llama.cpp's converter
 class Llama:
     """A loaded model: config, params (reference.llama's layout), the tokenizer and the chat template.
 
-    The fast path's weights are the params' own arrays: P's (in, out) matrices are transposed views
-    of the fused (out, in) row blocks the file's tensors were dequantized into, so nothing is held twice.
+    The prefill's weights are the params' own arrays: P's (in, out) matrices are transposed views
+    of the fused (out, in) row blocks the file's tensors were dequantized into. A decoding step's
+    are the file's blocks (about 1/5 of the float32 bytes for Q4_1): the single tensors read from
+    the file's memory map, the fused ones (Q|K|V, gate|up) copied once as blocks.
     """
 
-    def __init__(self, config, params, fused, tokenizer, template, bos_id=None, eos_id=None, path=None):
+    def __init__(self, config, params, fused, tokenizer, template, bos_id=None, eos_id=None, path=None,
+                 step=None):
         self.config, self.params, self._fused = config, params, fused
+        # a decoding step's weights: per layer (Wqkv, Wo, Wgu, Wd) and the output head, each the
+        # file's blocks (QuantizedMatrix) where it has them, else the float32 matrix
+        self._step = step or ([(qkv, p["attn"][3], gu, p["ffn"][2]) for p, (qkv, gu) in
+                               zip(params["layers"], fused)], params["out"])
         self.tokenizer, self._template, self.bos_id, self.eos_id, self.path = (tokenizer, template, bos_id,
                                                                                 eos_id, path)
         self.stats = {}  # the last generation's prompt_tokens, prefill_s, new_tokens, decode_s, stopped
@@ -135,7 +145,11 @@ class Llama:
         positions = np.arange(start, end)
         X = P["emb"][ids]  # (n, d)
         H = ops.rms_norm(X, P["layers"][0]["attn_norm"], c.eps)
+        step = n == 1  # a decoding step: the blocks; several rows: the float32 matrices (GEMMs)
         for i, (p, (Wqkv, Wgu)) in enumerate(zip(P["layers"], self._fused)):
+            Wo, Wd = p["attn"][3], p["ffn"][2]
+            if step:
+                Wqkv, Wo, Wgu, Wd = self._step[0][i]
             qkv = ops.linear(H, Wqkv)  # (n, (hq + 2 hkv) dh): Q heads, K heads, V heads
             qk = qkv[:, :(hq + hkv) * dh].reshape(n, hq + hkv, dh).swapaxes(0, 1)  # (hq + hkv, n, dh)
             ops.rope(qk, positions, c.rope_base, out=qk)
@@ -143,13 +157,12 @@ class Llama:
             K[:, start:end] = qk[hq:]
             V[:, start:end] = qkv[:, (hq + hkv) * dh:].reshape(n, hkv, dh).swapaxes(0, 1)
             A = ops.attention(qk[:hq], K[:, :end], V[:, :end], causal=True, q_offset=start)  # (hq, n, dh)
-            X, H = ops.add_rms_norm(X, ops.linear(A.swapaxes(0, 1).reshape(n, -1), p["attn"][3]),
-                                    p["ffn_norm"], c.eps)
+            X, H = ops.add_rms_norm(X, ops.linear(A.swapaxes(0, 1).reshape(n, -1), Wo), p["ffn_norm"], c.eps)
             G = ops.linear(H, Wgu)  # (n, 2 dff): gate | up
-            F = ops.linear(ops.silu_mul(G[:, :dff], G[:, dff:]), p["ffn"][2])
+            F = ops.linear(ops.silu_mul(G[:, :dff], G[:, dff:]), Wd)
             following = P["layers"][i + 1]["attn_norm"] if i + 1 < c.n_layers else P["norm"]
             X, H = ops.add_rms_norm(X, F, following, c.eps)
-        return ops.linear(H[-1:] if last_only else H, P["out"])
+        return ops.linear(H[-1:] if last_only else H, self._step[1] if step else P["out"])
 
     # ---- generation
 
@@ -292,6 +305,26 @@ def load(path=None):
     out = file.dequantize("output.weight").T if "output.weight" in names else emb.T
     params = {"emb": emb, "layers": layers, "norm": file.dequantize("output_norm.weight"), "out": out,
               "eps": c.eps, "rope_base": c.rope_base}
+    step = [tuple(_blocks(file, names, heads) or dense for names, heads, dense in (
+        ((f"blk.{i}.attn_q.weight", f"blk.{i}.attn_k.weight", f"blk.{i}.attn_v.weight"), (c.h, c.h_kv, None),
+         fused[i][0]),
+        ((f"blk.{i}.attn_output.weight",), (None,), layers[i]["attn"][3]),
+        ((f"blk.{i}.ffn_gate.weight", f"blk.{i}.ffn_up.weight"), (None, None), fused[i][1]),
+        ((f"blk.{i}.ffn_down.weight",), (None,), layers[i]["ffn"][2]))) for i in range(c.n_layers)]
+    head = "output.weight" if "output.weight" in names else "token_embd.weight"
     return Llama(config, params, fused, gguf.tokenizer(file), gguf.chat_template(file),
                  file.get("tokenizer.ggml.bos_token_id", None), file.get("tokenizer.ggml.eos_token_id", None),
-                 file.path)
+                 file.path, (step, _blocks(file, (head,), (None,)) or out))
+
+
+def _blocks(file, names, heads):
+    """The tensors' blocks stacked by rows as one QuantizedMatrix (the Q/K rows of `heads` heads
+    back in the half-split rotary order), or None unless they share one block type silkattn runs."""
+    kinds = {file.tensors[name].tensor_type.name for name in names}
+    kind = kinds.pop() if len(kinds) == 1 else None
+    if kind not in quant.KINDS:
+        return None
+    parts = [file.tensors[name].data if h is None else _unpermute(file.tensors[name].data, h)
+             for name, h in zip(names, heads)]
+    blocks = parts[0] if len(parts) == 1 else np.concatenate(parts)  # one file tensor: its mapping, no copy
+    return quant.QuantizedMatrix(kind, np.ascontiguousarray(blocks))
