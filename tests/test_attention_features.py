@@ -621,3 +621,19 @@ def test_element_offsets_past_2_to_the_32(any_backend, rng, dtype):
             buf.close()
         except BufferError:  # a view still alive: the mapping goes with it
             pass
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_a_layers_views_reuse_one_plan_on_new_data(any_backend, threads, rng, dtype):
+    """A model's decoding step: (H, S, d) head views of a projection and of a KV cache's first
+    positions, the same layout layer after layer (one kept plan), with new data each time; and
+    views whose strides differ (another cache capacity) get a plan of their own."""
+    for capacity in (40, 57):
+        cache = normal(rng, (5, 2, 3, capacity, 16), dtype)  # (layers, K/V, Hkv, capacity, d)
+        for end, n in ((30, 1), (33, 3), (40, 1)):
+            for layer in range(5):
+                qkv = normal(rng, (n, 15 * 16), dtype)
+                q = qkv[:, :9 * 16].reshape(n, 9, 16).swapaxes(0, 1)  # (9, n, 16): Hq = 9 over Hkv = 3
+                K, V = cache[layer, 0, :, :end], cache[layer, 1, :, :end]
+                got = any_backend.attention(q, K, V, causal=True, q_offset=end - n)
+                assert_close(got, expected(q, K, V, causal=True, q_offset=end - n), dtype)

@@ -543,6 +543,20 @@ def attention(kernels, Q, K, V, mask=None, *, scale=None, softcap=None, bias=Non
         plan, nthreads = cached
         kernels.attention(plan.bind(Q.reshape(-1), K.reshape(-1), V.reshape(-1), out.reshape(-1)), nthreads)
         return out
+    if kernels.attention is not None and mask is None and bias is None and alibi_slopes is None \
+            and out is None and _heads_view(Q, K, V):
+        key = (id(kernels), Q.shape, K.shape, V.shape[-1], Q.strides, K.strides, V.strides, Q.dtype.char,
+               scale, softcap, causal, window, q_offset, _threads._num_threads)
+        cached = _VIEW_PLANS.get(key)
+        if cached is None:  # the general path's plan, kept: its offsets hold for any arrays of this layout
+            if len(_VIEW_PLANS) >= 256:
+                _VIEW_PLANS.clear()
+            cached = _VIEW_PLANS[key] = _view_layout(kernels, Q, K, V, scale, softcap, causal, window,
+                                                     q_offset)
+        out = np.empty(Q.shape[:-1] + V.shape[-1:], Q.dtype)
+        plan, nthreads = cached
+        kernels.attention(plan.bind(_flat(Q), _flat(K), _flat(V), out.reshape(-1)), nthreads)
+        return out
     keywords = dict(scale=scale, softcap=softcap, causal=causal, window=window, q_offset=q_offset)
     slopes = check_alibi(alibi_slopes, as_float_array(Q, "Q"))
     args = Q, K, V, mask, bias
@@ -569,6 +583,36 @@ def _unsplit(dtype, Q, K, V, mask=None, bias=None):
 
 
 _PLAIN_PLANS = {}  # (kernels, shapes, dtype, keywords, threads) -> _plain_layout(...): a small call's plan
+_VIEW_PLANS = {}   # the same for _heads_view calls, strides included
+
+
+def _heads_view(Q, K, V):
+    """True for the call of a model's attention on views: (H, S, d) arrays of one float dtype with
+    unit-stride rows and non-negative strides (heads cut from a projection, a KV cache's first
+    positions), K and V with Q's heads or a whole number of groups of them. A layer's call is
+    repeated by every layer of a step, so its plan is kept by shapes and strides."""
+    return (type(Q) is type(K) is type(V) is np.ndarray and Q.ndim == K.ndim == V.ndim == 3
+            and Q.dtype == K.dtype == V.dtype and Q.dtype in FLOATS
+            and K.shape[0] == V.shape[0] > 0 and Q.shape[0] % K.shape[0] == 0
+            and Q.shape[2] == K.shape[2] and K.shape[1] == V.shape[1] and Q.size and K.size and V.size
+            and Q.strides[2] == K.strides[2] == V.strides[2] == Q.itemsize
+            and min(Q.strides + K.strides + V.strides) >= 0)
+
+
+def _flat(a):
+    """A 1-D view from a's first element over every element it reaches (as _flat_rows cuts it)."""
+    if a.flags.c_contiguous:
+        return a.reshape(-1)
+    span = 1 + sum((n - 1) * s for n, s in zip(a.shape, a.strides)) // a.itemsize
+    return np.lib.stride_tricks.as_strided(a, (span,), (a.itemsize,), writeable=False)
+
+
+def _view_layout(kernels, Q, K, V, scale, softcap, causal, window, q_offset):
+    """(plan, threads) of a _heads_view call through the general path (its arrays are replaced by
+    the next call's, Plan.bind)."""
+    Q, K, V, mask, bias, lead, out, _ = prepare_attention(Q, K, V, None, None)
+    layout = _layout(Q, K, V, mask, bias, lead, q_offset, None)
+    return _finish(kernels, *layout, out, Q.shape[-1], V.shape[-1], scale, softcap, causal, window, False)
 
 
 def _plain_layout(kernels, lead, Sq, dk, Sk, dv, dtype, scale, softcap, causal, window, q_offset):
