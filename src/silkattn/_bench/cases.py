@@ -646,12 +646,20 @@ def _llm_transformers(c, text):
                                                                         dtype=torch.float32).eval())
     tok, model = _MODELS["transformers"]
     ids = torch.tensor([tok(text, add_special_tokens=False)["input_ids"][:c["prompt"]]])
-    config = copy.deepcopy(model.generation_config)  # EOS ignored: generate fills None settings from it
+    # EOS ignored: generate() fills the settings a config it is handed leaves None from the model's
+    # own generation_config, so that one is replaced (this worker's model only)
+    config = copy.deepcopy(model.generation_config)
     config.eos_token_id, config.do_sample = None, False
     config.max_new_tokens, config.min_new_tokens = c["new"], 0
+    model.generation_config = config
     mask = torch.ones_like(ids)
-    return Call(_inference(torch, lambda: model.generate(ids, attention_mask=mask, generation_config=config)),
-                lambda out: out[0, ids.shape[1]:].numpy().astype(np.int64))
+
+    def run():
+        out = model.generate(ids, attention_mask=mask)
+        if out.shape[1] != ids.shape[1] + c["new"]:
+            raise RuntimeError(f"transformers wrote {out.shape[1] - ids.shape[1]} tokens, not {c['new']}")
+        return out
+    return Call(_inference(torch, run), lambda out: out[0, ids.shape[1]:].numpy().astype(np.int64))
 
 
 def llm_gflop(c, d=576, n_layers=30, h=9, h_kv=3, d_ff=1536, vocab=49152):
