@@ -64,15 +64,13 @@ def llm(cases, results, contenders, peaks=None):
     index = {c.get("new"): i for i, c in enumerate(cases) if c["op"] == "llm"}
     if 1 not in index or len(index) < 2:
         return ""
-    from silkattn.models.llama import LlamaConfig
-
     from .cases import llm_bytes_per_token
     many = max(index)
     c = cases[index[many]]
-    config = LlamaConfig(vocab=49152, d=576, n_layers=30, h=9, h_kv=3, d_ff=1536)
-    mb = llm_bytes_per_token(c, config) / 1e6
+    mbs = {kind: b / 1e6 for kind, b in llm_bytes_per_token(c).items()}
     lines = [f"LLM {c['model']}: prompt {c['prompt']} tokens, then {many} greedy (EOS ignored); "
-             f"a float32 step reads >= {mb:.0f} MB (weights + cache); "
+             f"a step reads >= {mbs['blocks']:.0f} MB with the file's blocks (silkattn), "
+             f"{mbs['float32']:.0f} MB in float32 (transformers), weights + cache; "
              f"decode ms/token = (new={many} - new=1) / {many - 1}"]
     for threads, res in results.items():
         copy = res.get("copy")
@@ -86,7 +84,7 @@ def llm(cases, results, contenders, peaks=None):
             if total is not None:
                 step = (total - first) / (many - 1)
                 rates[name] = (first, step)
-                gbs = mb / 1e3 / step
+                gbs = mbs["float32" if name == "transformers" else "blocks"] / 1e3 / step
                 line += (f", decode {step * 1e3:6.2f} ms/token ({1 / step:5.1f} tokens/s, {gbs:5.1f} GB/s"
                          + (f", {100 * gbs / copy:.0f}% of copy)" if copy else ")"))
             lines.append(line)

@@ -593,12 +593,23 @@ def llm_text(c):
     return " ".join(" ".join(rng.choice(WORDS, n)).capitalize() + "." for n in lengths)
 
 
-def llm_bytes_per_token(c, config):
-    """Bytes one cached decoding step reads at the least in float32: every weight once (the tied
-    embedding for the logits) and the cache's keys and values at the mean length."""
-    d, L, kv = config.d, config.n_layers, config.h_kv * config.d_head
-    weights = L * (2 * d * d + 2 * d * kv + 3 * d * config.d_ff + 2 * d) + config.vocab * d + d
-    return 4 * (weights + L * 2 * kv * (c["prompt"] + c["new"] / 2))
+def llm_bytes_per_token(c):
+    """{"blocks", "float32"}: bytes one cached decoding step reads at the least, with the weights as
+    the file's blocks (silkattn's step) or as float32 (transformers'): every matrix once (the tied
+    embedding for the logits), the norms, and the cache's keys and values at the mean length."""
+    import gguf
+
+    from silkattn.models import llama
+    reader = gguf.GGUFReader(llama.default_path())
+    tensors = {t.name: t for t in reader.tensors}
+    head = "output.weight" if "output.weight" in tensors else "token_embd.weight"
+    read = [t for name, t in tensors.items()
+            if name.startswith("blk.") or name in (head, "output_norm.weight")]
+    layers = sum(name.startswith("blk.") and name.endswith("attn_norm.weight") for name in tensors)
+    kv = tensors["blk.0.attn_k.weight"].shape[1]  # K/V heads x head dim (ggml lists the input axis first)
+    cache = 4 * layers * 2 * kv * (c["prompt"] + c["new"] / 2)
+    return {"blocks": sum(int(t.n_bytes) for t in read) + cache,
+            "float32": 4 * sum(int(t.n_elements) for t in read) + cache}
 
 
 def _llama():

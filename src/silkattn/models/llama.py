@@ -156,8 +156,12 @@ class Llama:
             K, V = cache[i]  # each (hkv, capacity, dh)
             K[:, start:end] = qk[hq:]
             V[:, start:end] = qkv[:, (hq + hkv) * dh:].reshape(n, hkv, dh).swapaxes(0, 1)
-            A = ops.attention(qk[:hq], K[:, :end], V[:, :end], causal=True, q_offset=start)  # (hq, n, dh)
-            X, H = ops.add_rms_norm(X, ops.linear(A.swapaxes(0, 1).reshape(n, -1), Wo), p["ffn_norm"], c.eps)
+            q, first = qk[:hq], start
+            if last_only and i + 1 == c.n_layers:  # the last layer's other rows reach no logit: skip them
+                q, first, X = q[:, -1:], end - 1, X[-1:]
+            A = ops.attention(q, K[:, :end], V[:, :end], causal=True, q_offset=first)  # (hq, rows, dh)
+            X, H = ops.add_rms_norm(X, ops.linear(A.swapaxes(0, 1).reshape(len(X), -1), Wo), p["ffn_norm"],
+                                    c.eps)
             G = ops.linear(H, Wgu)  # (n, 2 dff): gate | up
             F = ops.linear(ops.silu_mul(G[:, :dff], G[:, dff:]), Wd)
             following = P["layers"][i + 1]["attn_norm"] if i + 1 < c.n_layers else P["norm"]
