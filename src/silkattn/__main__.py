@@ -106,7 +106,8 @@ def llm_demo(args):
         return
     args = argparse.Namespace(max_new_tokens=48, temperature=0.0, top_k=None, top_p=None, seed=0)
     model.chat([{"role": "user", "content": "Hi"}], 2)  # warm-up (Numba compiles or loads its cache here)
-    print(f"SmolLM2-135M-Instruct (GGUF, float32 weights), backend {silkattn.get_backend()}, "
+    print(f"SmolLM2-135M-Instruct (GGUF: prefill on a float32 copy, decoding steps on the file's blocks), "
+          f"backend {silkattn.get_backend()}, "
           f"{silkattn.get_num_threads()} thread(s)\n> {QUESTION}")
     stats = _stream_answer(model, [{"role": "user", "content": QUESTION}], args)
     fast = (stats["prefill_s"] + stats["decode_s"]) / stats["new_tokens"]
