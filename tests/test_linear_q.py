@@ -1,6 +1,10 @@
 """linear with W a QuantizedMatrix (GGUF blocks) on every backend against the reference in float64,
 X64 @ dequantize(blocks).T: the few-row kernel (linear_q) and numpy's matmul beyond it; and
 reference.dequantize against the gguf package, bit for bit."""
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -164,3 +168,52 @@ def test_the_kernel_runs_for_a_few_float32_rows_only(backend, rng):
     _api.linear(kernels, rng.standard_normal((LINEAR_ROWS + 1, 64)).astype(np.float32), W)
     _api.linear(kernels, rng.standard_normal((1, 64)), W)
     assert len(seen) == 2
+
+
+HALVES_SCRIPT = """
+import numba
+import numpy as np
+from silkattn.numba import _simd
+
+@numba.njit
+def convert(a, n, stride, lo, hi):
+    W = _simd.vwidth(lo)
+    for i in range(0, n, W):
+        d, c = _simd.vload_halves(lo, a, i * stride, stride, n - i)
+        _simd.vstore(lo, i, d)
+        _simd.vstore(hi, i, c)
+
+halves = np.arange(2 ** 16 + 10, dtype=np.uint32).astype(np.uint16)  # every float16, then a few again
+n, stride = halves.size // 2, 6
+a = np.full(n * stride, 0xAB, np.uint8)  # words 6 bytes apart (unaligned), junk between them
+for t in range(4):
+    a[t::stride] = halves.view(np.uint8)[t::4]
+W = _simd.VBYTES // 4
+lo, hi = (np.full(n + W, 7, np.float32) for _ in range(2))
+convert(a, n, stride, lo, hi)
+got = np.stack([lo[:n], hi[:n]], axis=1).reshape(-1)
+expected = halves.view(np.float16).astype(np.float32)
+nan = np.isnan(expected)
+assert (np.isnan(got) == nan).all()
+np.testing.assert_array_equal(got[~nan].view(np.uint32), expected[~nan].view(np.uint32))  # -0 too
+end = (n + W - 1) // W * W  # the last register's lanes past the count: zeros
+assert n % W and not lo[n:end].any() and not hi[n:end].any() and (lo[end:] == 7).all()
+print("ok", _simd.F16C)
+"""
+
+
+@pytest.mark.parametrize("f16c", ["host", "0"])
+def test_numba_scales_are_every_float16_exactly(f16c):
+    """The Numba kernel converts its blocks' float16 scales a register at a time (vload_halves):
+    every float16, by F16C where the CPU has it and by integer operations (SILKATTN_NUMBA_F16C=0,
+    what a CPU without it runs), bit for bit as numpy's conversion; the lanes past the blocks give 0."""
+    pytest.importorskip("numba")
+    env = dict(os.environ)
+    env.pop("SILKATTN_NUMBA_F16C", None)
+    if f16c == "0":
+        env["SILKATTN_NUMBA_F16C"] = "0"
+    proc = subprocess.run([sys.executable, "-c", HALVES_SCRIPT], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert proc.stdout.startswith("ok")
+    if f16c == "0":
+        assert proc.stdout.split() == ["ok", "False"]

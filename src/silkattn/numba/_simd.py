@@ -42,8 +42,26 @@ def _vector_bytes():
 
 
 VBYTES, _FORCED = _vector_bytes()
-# Numba's on-disk cache is keyed by the CPU, not by VBYTES: a forced width compiles afresh each time.
-CACHE = not _FORCED
+
+
+def _f16c():
+    """(whether the CPU converts float16 in hardware as LLVM knows it, x86's F16C; whether the user
+    forced it off): vload_halves converts with one instruction a register, else with integer
+    operations (without F16C, LLVM would call a compiler-rt routine the JIT may not have).
+    SILKATTN_NUMBA_F16C=0 forces the integer operations (as a test does)."""
+    if os.environ.get("SILKATTN_NUMBA_F16C", "").strip() == "0":
+        return False, True
+    try:
+        from llvmlite import binding
+        return bool(binding.get_host_cpu_features().get("f16c")), False
+    except Exception:
+        return False, False
+
+
+F16C, _F16C_FORCED = _f16c()
+# Numba's on-disk cache is keyed by the CPU, not by VBYTES (nor F16C): a forced choice compiles
+# afresh each time.
+CACHE = not (_FORCED or _F16C_FORCED)
 
 if numba.config.DISABLE_JIT:
     # ---- pure-Python stand-ins: a "vector" is a small NumPy array of one register's lanes ----
@@ -101,6 +119,24 @@ if numba.config.DISABLE_JIT:
 
     def vload_q4(like, a, i, shift):
         return ((a[i:i + VBYTES // like.dtype.itemsize] >> shift) & 15).astype(like.dtype)
+
+    def viota(like):
+        return np.arange(VBYTES // like.dtype.itemsize).astype(like.dtype)
+
+    def vprefetch(a, i):
+        pass
+
+    def vtable_q4(table, a, i):
+        return table[a[i:i + table.size] & 15], table[a[i:i + table.size] >> 4]
+
+    def vload_halves(like, a, i, stride, count):
+        lanes = np.arange(VBYTES // like.dtype.itemsize)
+        at = i + np.minimum(lanes, count - 1) * stride
+
+        def half(at):
+            h = (a[at].astype(np.uint16) | a[at + 1].astype(np.uint16) << 8).view(np.float16)
+            return np.where(lanes < count, h.astype(like.dtype), 0).astype(like.dtype)
+        return half(at), half(at + 2)
 
     def vexp(v):
         lo = -87.33654 if v.dtype == np.float32 else -708.0
@@ -217,6 +253,137 @@ else:
                                   _const(byte.type, 15))
             return builder.uitofp(nibble, _ll(context, vt))
         return vt(like, a, i, shift), codegen
+
+    @intrinsic
+    def vprefetch(typingctx, a, i):
+        """A hint to bring the cache line of a[i] (1-D C array) into the caches: a software prefetch
+        (prefetcht0 on x86), which never faults (any i)."""
+        if not isinstance(a, types.Array):
+            return None
+
+        def codegen(context, builder, sig, args):
+            i8, i32 = ir.IntType(8), ir.IntType(32)
+            ptr = builder.bitcast(_vptr(context, builder, sig.args[0], args[0], args[1], sig.args[1],
+                                        context.get_value_type(sig.args[0].dtype)), ir.PointerType(i8))
+            # (read, highest locality, data cache); the name LLVM 14 spells, which later ones upgrade
+            fnty = ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32])
+            fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+            builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+            return context.get_dummy_value()
+        return types.none(a, i), codegen
+
+    @intrinsic
+    def viota(typingctx, like):
+        """A register of like's dtype with lane l holding l."""
+        vt = _vec_of(getattr(like, "dtype", None))
+        if vt is None:
+            return None
+
+        def codegen(context, builder, sig, args):
+            return ir.Constant(_ll(context, vt), list(range(vt.lanes)))
+        return vt(like), codegen
+
+    @intrinsic
+    def vtable_q4(typingctx, table, a, i):
+        """Two registers, lane l of the first table's lane a[i + l] & 15, of the second its lane
+        a[i + l] >> 4, for table a 16-lane register: the low and high nibbles of a 4-bit block's
+        bytes looked up in a register of their 16 values. Written as lanes extracted by a variable
+        index, which LLVM's x86 backend lowers to a variable permute (vpermps/vpermd) with
+        AVX-512; the bytes widened once for both (two calls, one a half, had LLVM widen them
+        twice, after narrowing the mask and shift to bytes: two more instructions a block)."""
+        if not isinstance(table, Vec) or table.lanes != 16 or not isinstance(a, types.Array) \
+                or a.dtype != types.uint8:
+            return None
+
+        def codegen(context, builder, sig, args):
+            i32 = ir.IntType(32)
+            ivec = ir.VectorType(i32, 16)
+            word = builder.zext(_bytes_at(context, builder, sig, args, table), ivec)
+
+            def lookup(idx):
+                out = ir.Constant(args[0].type, ir.Undefined)
+                for lane in range(16):
+                    n = ir.Constant(i32, lane)
+                    out = builder.insert_element(out, builder.extract_element(
+                        args[0], builder.extract_element(idx, n)), n)
+                return out
+            pair = [lookup(builder.and_(word, _const(ivec, 15))),
+                    lookup(builder.lshr(word, _const(ivec, 4)))]
+            return context.make_tuple(builder, sig.return_type, pair)
+        return types.UniTuple(table, 2)(table, a, i), codegen
+
+    @intrinsic
+    def vload_halves(typingctx, like, a, i, stride, count):
+        """Two registers of like's dtype, lane l < count of each the little-endian float16 at bytes
+        i + l stride (the first) and i + l stride + 2 (the second) of the uint8 array a; lanes from
+        count: 0 (they read lane count - 1's bytes, the caller's last valid ones, even for count <=
+        0). The scales of GGUF blocks stride bytes apart (d, Q4_1's m), a register at a time: one
+        32-bit word a lane loaded lane by lane (no gather instruction: slower than this on AMD's
+        Zen 4), its halves converted by F16C where the CPU has it, else with integer operations;
+        exact either way, in every case (normal, subnormal, zero, inf, NaN). An unused second
+        register costs nothing (LLVM drops it)."""
+        vt = _vec_of(getattr(like, "dtype", None))
+        if vt is None or not isinstance(a, types.Array) or a.dtype != types.uint8:
+            return None
+
+        def codegen(context, builder, sig, args):
+            L = vt.lanes
+            i32, i64 = ir.IntType(32), ir.IntType(64)
+            ivec, fvec = ir.VectorType(i32, L), ir.VectorType(ir.FloatType(), L)
+            arr = context.make_array(sig.args[1])(context, builder, args[1])
+            i, stride, count = (context.cast(builder, v, t, types.int64)
+                                for v, t in zip(args[2:], sig.args[2:]))
+            first = builder.add(builder.ptrtoint(arr.data, i64), i)
+
+            def gather(clamp):
+                word = ir.Constant(ivec, ir.Undefined)
+                for lane in range(L):
+                    index = ir.Constant(i64, lane)
+                    if clamp:  # lanes from count read lane count - 1's word
+                        index = builder.select(builder.icmp_signed("<", index, count), index,
+                                               builder.sub(count, ir.Constant(i64, 1)))
+                    at = builder.inttoptr(builder.add(first, builder.mul(index, stride)), ir.PointerType(i32))
+                    word = builder.insert_element(word, builder.load(at, align=1), ir.Constant(i32, lane))
+                return word
+            with builder.if_else(builder.icmp_signed(">=", count, ir.Constant(i64, L)), likely=True) as (
+                    whole, part):
+                with whole:  # the usual case: L lanes, no clamping
+                    word_whole, from_whole = gather(False), builder.block
+                with part:
+                    word_part, from_part = gather(True), builder.block
+            word = builder.phi(ivec)
+            word.add_incoming(word_whole, from_whole)
+            word.add_incoming(word_part, from_part)
+            few = builder.trunc(builder.select(builder.icmp_signed("<", count, ir.Constant(i64, L)), count,
+                                               ir.Constant(i64, L)), i32)
+            valid = builder.icmp_signed("<", ir.Constant(ivec, list(range(L))),
+                                        _splat_value(builder, ivec, few))
+
+            def half(h):
+                if F16C:  # vpmovdw and vcvtph2ps (exact)
+                    h16 = builder.trunc(h, ir.VectorType(ir.IntType(16), L))
+                    f = builder.fpext(builder.bitcast(h16, ir.VectorType(ir.HalfType(), L)), _ll(context, vt))
+                    return builder.select(valid, f, _const(f.type, 0.0))
+                # exponent and fraction moved to a float's places and the exponent rebiased (15 -> 127);
+                # exponent 31 (inf, NaN) rebiased once more to 255; exponent 0 (zero, subnormal f 2^-24):
+                # 2^-14 (1 + f / 1024) - 2^-14, exactly
+                o = builder.shl(builder.and_(h, _const(ivec, 0x7FFF)), _const(ivec, 13))
+                e = builder.and_(o, _const(ivec, 0x0F800000))
+                o = builder.add(o, _const(ivec, 112 << 23))
+                o = builder.select(builder.icmp_unsigned("==", e, _const(ivec, 0x0F800000)),
+                                   builder.add(o, _const(ivec, 112 << 23)), o)
+                sub = builder.fsub(builder.bitcast(builder.add(o, _const(ivec, 1 << 23)), fvec),
+                                   _const(fvec, 2.0 ** -14))
+                f = builder.select(builder.icmp_unsigned("==", e, _const(ivec, 0)), sub,
+                                   builder.bitcast(o, fvec))
+                sign = builder.shl(builder.and_(h, _const(ivec, 0x8000)), _const(ivec, 16))
+                f = builder.bitcast(builder.or_(builder.bitcast(f, ivec), sign), fvec)
+                f = builder.select(valid, f, _const(fvec, 0.0))
+                return f if vt.dtype == types.float32 else builder.fpext(f, _ll(context, vt))
+            pair = [half(builder.and_(word, _const(ivec, 0xFFFF))),
+                    half(builder.lshr(word, _const(ivec, 16)))]
+            return context.make_tuple(builder, sig.return_type, pair)
+        return types.UniTuple(vt, 2)(like, a, i, stride, count), codegen
 
     @intrinsic
     def vbcast(typingctx, a, i):

@@ -1,8 +1,13 @@
 """Numba y = x W (+ b) for W held as GGUF blocks (silkattn.quant.QuantizedMatrix), a few rows of x:
 the algorithm of kernels/tmpl_linear_q.h. Per block and row of x, x . w = d (x . q) + c sum(x), with
 c = m for Q4_1, -8 d for Q4_0 (w = d (q - 8)), none for Q8_0; the block sums of x are made once per
-call. Each row of W is converted once, its q to floats in a per-thread buffer that stays in L1 (d
-and c beside them), for all the rows of x; the threads share W's rows, ROWS a task.
+call. The threads share W's rows, ROWS a task, each task run by the compiled copy for its block
+type (_task_of). A task first converts its rows' float16 scales, a block of ROWS rows a register
+(_scales; F16C where the CPU has it), into a per-thread buffer, with the rows' offsets
+sum_i c_i xs_i; then it takes J rows of W a pass, each block's q converted in registers (_block:
+bytes widened; a 4-bit block's nibbles looked up in a register of d q with 16 lanes, masked and
+converted with 8) straight into the products with one or two rows of x, J (or 2 J) accumulators
+in registers, the scales broadcast from the buffer. The next task's rows are prefetched.
 """
 import numba
 import numpy as np
@@ -11,108 +16,198 @@ from numba import prange
 from ._simd import (
     CACHE,
     FASTMATH,
+    VBYTES,
     hsum,
     vadd,
     vbcast,
     vfma,
+    viota,
     vload,
+    vload_halves,
     vload_q4,
     vload_q8,
     vmul,
+    vprefetch,
     vsplat,
     vstore,
+    vtable_q4,
     vwidth,
 )
 
 Q8_0, Q4_0, Q4_1 = 0, 1, 2  # the block types by their code (silkattn.quant.KINDS)
-BLOCK_BYTES = (34, 18, 20)
-ROWS = 16  # outputs per task
-
-
-_POW2 = np.array([2.0 ** (e - 25) for e in range(32)])  # a half's exponent field e -> 2^(e - 25)
+BLOCK_BYTES = (34, 18, 20)  # by the code
+ROWS = 16  # outputs per task, a multiple of the register's lanes (8 or 16)
+J = 4  # rows of W in flight: J (or 2 J) chains of FMAs hide each other's latency
+TABLE = VBYTES == 64  # 16 float32 lanes: 4-bit q looked up in a register (_block)
 
 
 @numba.njit(inline="always")
-def _half(lo, hi):
-    """The little-endian float16 of bytes lo, hi as a float, from its bits: sign, 5-bit exponent e
-    biased 15, 10-bit fraction f: (1024 + f) 2^(e - 25), or f 2^-24 when e = 0 (exact: every
-    float16 is a float32; a table of powers of two, no libm call)."""
-    h = np.int64(lo) | np.int64(hi) << 8
-    e = (h >> 10) & 31
-    f = h & 1023
-    if e == 31:
-        v = np.inf if f == 0 else np.nan
-    elif e == 0:
-        v = f * _POW2[1]
-    else:
-        v = (1024 + f) * _POW2[e]
-    return -v if h & 0x8000 else v
+def _scales(kind, x, bf, ldw, nb, xs, m, sc, j0, j1):
+    """For the rows j0 + u < j1 of W (u < ROWS): sc[i ROWS + u] = d and sc[(nb + i) ROWS + u] = c of
+    their block i, and sc[2 nb ROWS + r ROWS + u] = sum_i c xs[r nb + i], their offsets for row r
+    of x (unless Q8_0); zeros for u from j1 - j0. A block's scales of ROWS rows at a time (a
+    register or two of rows, ldw bytes apart), so a register is never mostly padding, and the
+    offsets come out a row of W a lane."""
+    W = vwidth(x)
+    size = BLOCK_BYTES[kind]
+    for i in range(nb):
+        for h in range(0, ROWS, W):
+            d, c = vload_halves(x, bf, (j0 + h) * ldw + i * size, ldw, j1 - j0 - h)
+            vstore(sc, i * ROWS + h, d)
+            if kind == Q4_1:
+                vstore(sc, (nb + i) * ROWS + h, c)
+            elif kind == Q4_0:
+                vstore(sc, (nb + i) * ROWS + h, vmul(d, vsplat(x, -8)))
+    if kind != Q8_0:
+        for r in range(m):
+            for h in range(0, ROWS, W):
+                o = vsplat(x, 0)
+                for i in range(nb):
+                    o = vfma(vload(sc, (nb + i) * ROWS + h), vbcast(xs, r * nb + i), o)
+                vstore(sc, 2 * nb * ROWS + r * ROWS + h, o)
+
+
+# A plain function, which LLVM inlines (it is small: the tasks' machine code has no call to it),
+# rather than inline="always": Numba copies such a function's IR at each of its call sites (those of
+# its own inlined calls included), and nested inline helpers made the kernel's first compilation
+# take from 8 to 50 s instead of 5.
+@numba.njit(nogil=True, cache=CACHE, fastmath=FASTMATH)
+def _block(kind, x, xf, xo, bf, q, d, a):
+    """a + d (x[xo : xo + 32] . q), lane-wise, for one block of W (its q at byte q of bf), the q
+    converted in registers. Q8_0, or 8 lanes: bytes widened to int32 lanes (sign-extended for Q8_0;
+    a 4-bit block's byte t holds q_t in its low nibble, q_(t + 16) in its high one), converted, and
+    the registers' products summed before d. A 4-bit block with 16 lanes: its d q looked up in a
+    register of d times 0 .. 15, one variable permute a half of the block (no conversion, no
+    product with d apart from the table's), as the C kernel's AVX-512 copy."""
+    W = vwidth(x)  # a constant here (the loops unroll); prange's body would take it as a parameter
+    if kind == Q8_0:
+        t = vmul(vload(xf, xo), vload_q8(x, bf, q))
+        for v in range(W, 32, W):
+            t = vfma(vload(xf, xo + v), vload_q8(x, bf, q + v), t)
+        return vfma(d, t, a)
+    if TABLE:
+        lo, hi = vtable_q4(vmul(d, viota(x)), bf, q)
+        return vfma(vload(xf, xo + 16), hi, vfma(vload(xf, xo), lo, a))
+    t = vmul(vload(xf, xo), vload_q4(x, bf, q, 0))
+    for v in range(W, 32, W):
+        t = vfma(vload(xf, xo + v), vload_q4(x, bf, q + v % 16, 0 if v < 16 else 4), t)
+    return vfma(d, t, a)
+
+
+@numba.njit(inline="always")
+def _rows4(kind, x, xf, xo, bf, q, p0, p1, p2, p3, d0, d1, d2, d3, a0, a1, a2, a3):
+    """_block for J = 4 rows of W, block at byte q of each (rows at bytes p_u of bf, scales d_u,
+    accumulators a_u), and one row of x (from xo of xf)."""
+    return (_block(kind, x, xf, xo, bf, p0 + q, d0, a0), _block(kind, x, xf, xo, bf, p1 + q, d1, a1),
+            _block(kind, x, xf, xo, bf, p2 + q, d2, a2), _block(kind, x, xf, xo, bf, p3 + q, d3, a3))
+
+
+def _task_of(kind):
+    """The task of linear_q_rows for one block type, compiled apart, `kind` a constant of the
+    closure: Numba prunes the other types' branches of the helpers (and caches each copy apart).
+    Called from prange's body, not inlined there (Numba's inlining and parallel passes over three
+    copies in one body: most of a minute to compile)."""
+    @numba.njit(nogil=True, cache=CACHE, fastmath=FASTMATH)
+    def task(x, xf, m, k, xs, bf, ldw, nb, sc, j0, j1, b, has_bias, of, n):
+        """of[r, j] = x[r] . W_j (+ b[j]) for the rows j0 <= j < j1 of W and every row r of x: their
+        scales converted once (_scales), then J rows of W a pass for the rows of x in pairs (an
+        odd m's last one alone), the pair sharing each block's conversion (the same loads and
+        conversions, merged by LLVM). Rows of W past j1 - 1 repeat it (their results are not
+        written)."""
+        _scales(kind, x, bf, ldw, nb, xs, m, sc, j0, j1)
+        size = BLOCK_BYTES[kind]
+        head = 4 if kind == Q4_1 else 2
+        off = 2 * nb * ROWS  # the rows' offsets in sc
+        for j in range(j0, j1, J):
+            u = j - j0
+            p0 = j * ldw + head
+            p1 = min(j + 1, j1 - 1) * ldw + head
+            p2 = min(j + 2, j1 - 1) * ldw + head
+            p3 = min(j + 3, j1 - 1) * ldw + head
+            # the next task's rows (the thread's next, under prange's static schedule) fetched
+            # ahead: with J rows a pass and the scales read across ROWS rows, the hardware
+            # prefetcher falls behind (a third to half slower with W streamed from memory)
+            ahead = ROWS * ldw if j + ROWS + J <= n else 0
+            for r0 in range(0, m, 2):
+                r1 = min(r0 + 1, m - 1)
+                a0 = vsplat(x, 0)
+                a1, a2, a3, b0, b1, b2, b3 = a0, a0, a0, a0, a0, a0, a0
+                if r1 > r0:  # the block loop twice, for two rows of x and for one
+                    for i in range(nb):
+                        q = i * size
+                        vprefetch(bf, p0 + q + ahead)
+                        vprefetch(bf, p1 + q + ahead)
+                        vprefetch(bf, p2 + q + ahead)
+                        vprefetch(bf, p3 + q + ahead)
+                        s = i * ROWS + u
+                        d0, d1, d2 = vbcast(sc, s), vbcast(sc, s + 1), vbcast(sc, s + 2)
+                        d3 = vbcast(sc, s + 3)
+                        a0, a1, a2, a3 = _rows4(kind, x, xf, r0 * k + i * 32, bf, q, p0, p1, p2, p3,
+                                                d0, d1, d2, d3, a0, a1, a2, a3)
+                        b0, b1, b2, b3 = _rows4(kind, x, xf, r1 * k + i * 32, bf, q, p0, p1, p2, p3,
+                                                d0, d1, d2, d3, b0, b1, b2, b3)
+                else:
+                    for i in range(nb):
+                        q = i * size
+                        vprefetch(bf, p0 + q + ahead)
+                        vprefetch(bf, p1 + q + ahead)
+                        vprefetch(bf, p2 + q + ahead)
+                        vprefetch(bf, p3 + q + ahead)
+                        s = i * ROWS + u
+                        d0, d1, d2 = vbcast(sc, s), vbcast(sc, s + 1), vbcast(sc, s + 2)
+                        d3 = vbcast(sc, s + 3)
+                        a0, a1, a2, a3 = _rows4(kind, x, xf, r0 * k + i * 32, bf, q, p0, p1, p2, p3,
+                                                d0, d1, d2, d3, a0, a1, a2, a3)
+                for t in range(J):
+                    if j + t < j1:
+                        y = hsum(a0 if t == 0 else a1 if t == 1 else a2 if t == 2 else a3)
+                        z = hsum(b0 if t == 0 else b1 if t == 1 else b2 if t == 2 else b3)
+                        if kind != Q8_0:
+                            y += sc[off + r0 * ROWS + u + t]
+                            z += sc[off + r1 * ROWS + u + t]
+                        if has_bias:
+                            y += b[j + t]
+                            z += b[j + t]
+                        of[r0 * n + j + t] = y
+                        if r1 > r0:
+                            of[r1 * n + j + t] = z
+    return task
+
+
+_task_q8_0, _task_q4_0, _task_q4_1 = (_task_of(kind) for kind in (Q8_0, Q4_0, Q4_1))
 
 
 @numba.njit(parallel=True, nogil=True, cache=CACHE, fastmath=FASTMATH)
 def linear_q_rows(x, blocks, kind, b, has_bias, out, nthreads):
     """out[r, j] = x[r] . W_j (+ b[j]), W_j = dequantize(blocks[j], kind): x (m, k) with k a multiple
-    of 32, blocks (n, k / 32 * block bytes) uint8, out (m, n); C-contiguous."""
+    of 32, blocks (n, k / 32 * block bytes) uint8, out (m, n); C-contiguous. Per block i of W_j, of
+    scale d_i (and offset c_i): x[r] . W_j = sum_i d_i (x[r, 32 i:32 i + 32] . q_i) + c_i xs[r, i],
+    xs[r, i] the sum of x[r, 32 i:32 i + 32]."""
     m, k = x.shape
     n, ldw = blocks.shape
     W = vwidth(x)
     nb = k // 32
-    nbp = (nb + W - 1) // W * W  # the offsets' dot product a register at a time, zeros after nb
-    size = BLOCK_BYTES[kind]
-    head = 4 if kind == Q4_1 else 2
     xf = x.reshape(-1)
     bf = blocks.reshape(-1)
     of = out.reshape(-1)
-    xs = np.zeros(m * nbp, x.dtype)  # xs[r nbp + i]: the sum of block i of x[r]
+    # np.empty, not np.zeros: a parallel=True function's np.zeros is a parallel loop of its own
+    xs = np.empty(m * nb, x.dtype)  # xs[r nb + i]: the sum of block i of x[r]
     if kind != Q8_0:
         for r in range(m):
             for i in range(nb):
                 s = vload(xf, r * k + i * 32)
                 for v in range(W, 32, W):
                     s = vadd(s, vload(xf, r * k + i * 32 + v))
-                xs[r * nbp + i] = hsum(s)
-    buf_all = np.zeros((nthreads, k + 2 * nbp), x.dtype)  # a row's q (k), its d and c (nbp each)
+                xs[r * nb + i] = hsum(s)
+    # a thread's scales: the task's d and c, then the rows' offsets per row of x
+    sc_all = np.empty((nthreads, (2 * nb + m) * ROWS), x.dtype)
     for task in prange((n + ROWS - 1) // ROWS):
-        W = vwidth(x)  # here, a constant of the loop's own code (outside, a parameter passed into it)
-        buf = buf_all[numba.get_thread_id()]
-        for j in range(task * ROWS, min(n, (task + 1) * ROWS)):
-            for i in range(nb):  # the row converted once
-                p = j * ldw + i * size
-                d = _half(bf[p], bf[p + 1])
-                buf[k + i] = d
-                if kind == Q4_1:
-                    buf[k + nbp + i] = _half(bf[p + 2], bf[p + 3])
-                elif kind == Q4_0:
-                    buf[k + nbp + i] = -8 * d
-                for v in range(0, 32, W):
-                    if kind == Q8_0:
-                        vstore(buf, i * 32 + v, vload_q8(x, bf, p + head + v))
-                    else:  # byte t holds q_t in its low nibble, q_(t + 16) in its high one
-                        vstore(buf, i * 32 + v, vload_q4(x, bf, p + head + v % 16, 0 if v < 16 else 4))
-            for r in range(m):
-                base = r * k
-                a0 = vsplat(x, 0)
-                a1 = a0
-                for i in range(0, nb - 1, 2):  # two blocks a step, two chains of FMAs
-                    t0 = vmul(vload(xf, base + i * 32), vload(buf, i * 32))
-                    t1 = vmul(vload(xf, base + i * 32 + 32), vload(buf, i * 32 + 32))
-                    for v in range(W, 32, W):
-                        t0 = vfma(vload(xf, base + i * 32 + v), vload(buf, i * 32 + v), t0)
-                        t1 = vfma(vload(xf, base + i * 32 + 32 + v), vload(buf, i * 32 + 32 + v), t1)
-                    a0 = vfma(vbcast(buf, k + i), t0, a0)
-                    a1 = vfma(vbcast(buf, k + i + 1), t1, a1)
-                if nb % 2:
-                    i = nb - 1
-                    t0 = vmul(vload(xf, base + i * 32), vload(buf, i * 32))
-                    for v in range(W, 32, W):
-                        t0 = vfma(vload(xf, base + i * 32 + v), vload(buf, i * 32 + v), t0)
-                    a0 = vfma(vbcast(buf, k + i), t0, a0)
-                s = hsum(vadd(a0, a1))
-                if kind != Q8_0:
-                    c = vsplat(x, 0)
-                    for i in range(0, nbp, W):
-                        c = vfma(vload(buf, k + nbp + i), vload(xs, r * nbp + i), c)
-                    s += hsum(c)
-                if has_bias:
-                    s += b[j]
-                of[r * n + j] = s
+        sc = sc_all[numba.get_thread_id()]
+        j0 = task * ROWS
+        j1 = min(n, j0 + ROWS)
+        if kind == Q8_0:
+            _task_q8_0(x, xf, m, k, xs, bf, ldw, nb, sc, j0, j1, b, has_bias, of, n)
+        elif kind == Q4_0:
+            _task_q4_0(x, xf, m, k, xs, bf, ldw, nb, sc, j0, j1, b, has_bias, of, n)
+        else:
+            _task_q4_1(x, xf, m, k, xs, bf, ldw, nb, sc, j0, j1, b, has_bias, of, n)
