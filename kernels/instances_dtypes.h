@@ -4,6 +4,7 @@
 #define SA_I int32_t
 #define SA_TNAME f32
 #include SA_TEMPLATE
+#undef SA_SIMD_DONE
 #undef SA_T
 #undef SA_TBYTES
 #undef SA_I
@@ -13,6 +14,7 @@
 #define SA_I int64_t
 #define SA_TNAME f64
 #include SA_TEMPLATE
+#undef SA_SIMD_DONE
 #undef SA_T
 #undef SA_TBYTES
 #undef SA_I

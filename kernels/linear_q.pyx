@@ -16,8 +16,12 @@ cdef extern from "linear_q.h" nogil:
     void sa_linear_q_rows_f32(int isa, int kind, const float *x, int64_t k, int64_t m, const uint8_t *w,
                               int64_t ldw, int64_t n, const float *xs, const float *b, int64_t j0, int64_t j1,
                               float *y, int64_t ldy)
+    void sa_dequantize_rows_f32(int isa, int kind, const uint8_t *w, int64_t ldw, int64_t k, int64_t j0,
+                                int64_t rows, float *out)
 
 KINDS = ("Q8_0", "Q4_0", "Q4_1")  # by their code (silkattn.quant.KINDS)
+# Rows of W a dequantize task converts (a prefill's panels are a few dozen to a few hundred rows).
+cdef Py_ssize_t DEQUANTIZE_ROWS = 8
 # Outputs per task: a multiple of the rows of W a pass converts together (4), small enough that two
 # threads share a 192-row projection evenly.
 cdef Py_ssize_t ROWS_PER_TASK = 16
@@ -55,3 +59,18 @@ def linear_q(const float[:, ::1] x, const uint8_t[:, ::1] blocks, int kind, cons
             sa_linear_q_rows_f32(ISA, kind, &x[0, 0], k, m, &blocks[0, 0], ldw, n, xs, bias, t * ROWS_PER_TASK,
                                  min(n, (t + 1) * ROWS_PER_TASK), &out[0, 0], n)
     free(xs)
+
+
+def dequantize(const uint8_t[:, ::1] blocks, int kind, Py_ssize_t j0, float[:, ::1] out, int num_threads):
+    """out[r] = reference.dequantize of row j0 + r of blocks (n, k / 32 * block bytes), out (rows, k):
+    a panel of W's float32 rows for a prefill's GEMM. The threads share the rows."""
+    cdef Py_ssize_t rows = out.shape[0], k = out.shape[1], n = blocks.shape[0], ldw = blocks.shape[1], t
+    if not 0 <= kind < len(KINDS) or k <= 0 or k % 32 or ldw != k // 32 * SA_QBYTES(kind):
+        raise ValueError(f"dequantize: kind {kind}, blocks ({n}, {ldw}) and out rows of {k} do not fit")
+    if not 0 <= j0 <= n - rows:
+        raise ValueError(f"dequantize: rows {j0} .. {j0 + rows} of {n} out of range")
+    with nogil:
+        for t in prange((rows + DEQUANTIZE_ROWS - 1) // DEQUANTIZE_ROWS, num_threads=num_threads,
+                        schedule="static"):
+            sa_dequantize_rows_f32(ISA, kind, &blocks[0, 0], ldw, k, j0 + t * DEQUANTIZE_ROWS,
+                                   min(DEQUANTIZE_ROWS, rows - t * DEQUANTIZE_ROWS), &out[t * DEQUANTIZE_ROWS, 0])

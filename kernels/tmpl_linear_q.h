@@ -12,6 +12,7 @@
  * each of the 24 loops of sa_linear_q_rows' switch. Scales are converted 16 at a time (one gather,
  * F16C) into a buffer the products broadcast them from (a load, not a shuffle), and the next rows
  * are prefetched: with J rows a pass, the hardware prefetcher alone falls behind on a big W. */
+#include "quant_blocks.h"
 #include "tmpl_simd.h"
 #if SA_TBYTES == 4
 
@@ -271,6 +272,41 @@ static void SA_FN(sa_linear_q_xsum)(const SA_T *x, int64_t k, int64_t m, SA_T *x
             for (int v = 1; v < SA_QV; v++) s += LOAD(xr + v * SA_VL);
             xs[r * nbp + i] = SA_FN(sa_qhsum)(s);
         }
+}
+
+/* out[r] = the weights of W's row j0 + r (k of them), r < rows: reference.dequantize to the bit. The
+ * products d q are exact in float (an fp16 d times an integer of at most 8 bits), so d q + m rounds
+ * once, as the reference's does, whether or not the compiler contracts it into an FMA; Q4_0's
+ * d q - 8 d is exact too. */
+static void SA_FN(sa_dequantize_rows)(int kind, const uint8_t *w, int64_t ldw, int64_t k, int64_t j0,
+                                      int64_t rows, SA_T *out) {
+    const int bytes = SA_QBYTES(kind), head = kind == SA_Q4_1 ? 4 : 2;
+    const int scaled = SA_QTABLE && kind != SA_Q8_0;  /* sa_q4's table gives d q already */
+    const int64_t nb = k / 32;
+    SA_T d[SA_QCH] __attribute__((aligned(64))), c[SA_QCH] __attribute__((aligned(64)));
+    for (int64_t r = 0; r < rows; r++) {
+        const uint8_t *wr = w + (j0 + r) * ldw;
+        for (int64_t i0 = 0; i0 < nb; i0 += SA_QCH) {
+            const int nc = nb - i0 < SA_QCH ? (int)(nb - i0) : SA_QCH;
+            SA_FN(sa_q_scales)(kind, wr + i0 * bytes, nc, d, c);
+            for (int ib = 0; ib < nc; ib++) {
+                const uint8_t *p = wr + (i0 + ib) * bytes;
+                SA_T *o = out + r * k + (i0 + ib) * 32;
+                const VEC dv = SA_FN(sa_qsplat)(d[ib]);
+                VEC q[SA_QV];
+                if (kind == SA_Q8_0)
+                    SA_FN(sa_q8)(p + head, q);
+                else
+                    SA_FN(sa_q4)(p + head, q, dv);
+#pragma GCC unroll 8
+                for (int v = 0; v < SA_QV; v++) {
+                    VEC x = scaled ? q[v] : q[v] * dv;
+                    if (kind != SA_Q8_0) x += SA_FN(sa_qsplat)(c[ib]);
+                    STORE(o + v * SA_VL, x);
+                }
+            }
+        }
+    }
 }
 
 #endif

@@ -1,5 +1,8 @@
 /* Vector helpers for one (SA_T, SA_VBYTES) instance: included by the op templates.
  * GCC vector extensions: the same source becomes AVX2 (32-byte) or SSE/NEON (16-byte) code. */
+/* once per instance, however many templates include it (a fused kernel includes several) */
+#ifndef SA_SIMD_DONE
+#define SA_SIMD_DONE
 #define SA_VL ((int)(SA_VBYTES / sizeof(SA_T)))  /* lanes */
 typedef SA_T SA_FN(vec) __attribute__((vector_size(SA_VBYTES)));
 typedef SA_T SA_FN(uvec) __attribute__((vector_size(SA_VBYTES), aligned(sizeof(SA_T))));  /* unaligned */
@@ -155,3 +158,4 @@ static inline VEC SA_FN(expv)(VEC x) {
     VEC r = (x - n * ln2_hi) - n * ln2_lo;
     return SA_FN(scale_pow2)(SA_FN(exp_poly)(r), t);
 }
+#endif  /* SA_SIMD_DONE */

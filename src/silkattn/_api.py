@@ -27,6 +27,20 @@ result array they may write. The kernel contract (the same for every backend):
                                                          blocks of W^T (reference.dequantize), kind their
                                                          code (0 Q8_0, 1 Q4_0, 2 Q4_1: quant.KINDS); out:
                                                          (m, n) float32; b: (n,) float32
+    dequantize(blocks, kind, j0, out, num_threads)      out (rows, k) float32 = reference.dequantize of
+                                                         blocks[j0 : j0 + rows] (blocks as linear_q's)
+    llama_layer(x, attn_norm, ffn_norm, wqkv, kqkv, wo, ko, wgu, kgu, wd, kd, K, V, pos, cos, sin, h,
+                eps, qkv, a, hn, gu, scores, num_threads)
+                                                         one token through one Llama layer, in place on
+                                                         the residual x (d,) float32; the w* are blocks
+                                                         (n, bytes) of kind k*, as linear_q's; K, V:
+                                                         (h_kv, capacity, d_head) the layer's cache, this
+                                                         token's K and V written at row pos; cos, sin
+                                                         (d_head / 2,) its rotary row; h query heads;
+                                                         scratch (float32, C-contiguous): qkv ((h + 2 h_kv)
+                                                         d_head,), a (h d_head,), hn (max(d, d_ff),),
+                                                         gu (2 d_ff,), scores (h, capacity). See
+                                                         _api.llama_layer for the arithmetic.
     bias_relu(h, b, num_threads)                         h: (rows, n) C-contiguous, in place; b: (n,)
     bias_gelu(h, b, num_threads)                         the same, h = gelu(h + b)
     add_layer_norm(x, r, g, b, eps, s, out, num_threads) s = x + r, out = layer_norm(s); all (rows, n)
@@ -227,6 +241,8 @@ def linear_q(kernels, X, W, b, out):
         b = _along_last_axis(b, n, dtype, "b")
     out = check_out(out, X.shape[:-1] + (n,), dtype, [X, W.blocks])
     rows = X.size // k if k else 0
+    if kernels.dequantize is not None and dtype == np.float32 and rows > LINEAR_ROWS and n:
+        return _linear_q_panels(kernels, X.astype(dtype, copy=False), W, b, out)
     if kernels.linear_q is None or dtype != np.float32 or not 0 < rows <= LINEAR_ROWS or not n:
         np.matmul(X.astype(dtype, copy=False), W.dequantize(), out=out)  # in the result's dtype (b's too)
         if b is not None:
@@ -234,6 +250,26 @@ def linear_q(kernels, X, W, b, out):
         return out
     kernels.linear_q(_rows(X), W.blocks, W.code, _NO_BIAS[dtype] if b is None else b, out.reshape(-1, n),
                      b is not None, threads_for(k * n, LINEAR_WORK))
+    return out
+
+
+PANEL_BYTES = 1 << 18  # a panel of W's rows dequantized at a time: the GEMM reads it from L2
+
+
+def _linear_q_panels(kernels, X, W, b, out):
+    """X W for many rows of X (a prefill) without W in float32: its rows (the outputs) dequantized
+    a panel at a time into one buffer, each panel one BLAS GEMM into its columns of out."""
+    k, n = W.shape
+    X2, out2 = X.reshape(-1, k), out.reshape(-1, n)
+    step = min(n, max(16, PANEL_BYTES // (4 * k) // 16 * 16))
+    panel = np.empty((step, k), np.float32)
+    threads = threads_for(step * k, ELEMENTWISE_WORK)
+    for j0 in range(0, n, step):
+        P = panel[:min(step, n - j0)]
+        kernels.dequantize(W.blocks, W.code, j0, P, threads)
+        np.matmul(X2, P.T, out=out2[:, j0:j0 + len(P)])
+    if b is not None:
+        out += b
     return out
 
 

@@ -41,6 +41,8 @@ class Kernels:
     add_rms_norm: Kernel = None     # s = x + r and rms_norm(s) in one pass
     rope: Kernel = None             # rotary positions over strided rows, from _api's cos/sin tables
     silu_mul: Kernel = None         # silu(g) u over strided rows (the SwiGLU gate)
+    dequantize: Kernel = None       # rows of GGUF blocks to float32 (a prefill's panels of W)
+    llama_layer: Kernel = None      # one Llama decoder layer for one token, weights as blocks
     isa: str = "numpy"              # the instruction set the kernels run with
     openmp: bool = True             # False: built without OpenMP, single-threaded
 
