@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import pytest
 
+import silkattn
 from silkattn import reference as ref
 from silkattn._api import LINEAR_ROWS
 from silkattn.quant import KINDS, QuantizedMatrix
@@ -69,6 +70,7 @@ SHAPES = [  # (lead of X, k, n): rows 1 .. 8 run the kernel, more numpy's matmul
     ((1,), 32, 1), ((2,), 64, 3), ((3,), 576, 17), ((4,), 1536, 64), ((5,), 32, 65), ((6,), 64, 576),
     ((7,), 576, 1000), ((8,), 1536, 65), ((), 576, 576), ((2, 3), 64, 17), ((1,), 1536, 1000),
     ((1,), 576, 65), ((8,), 576, 3), ((9,), 576, 64), ((4, 5), 32, 1), ((20,), 1536, 17),
+    ((300,), 576, 1000), ((2, 20), 1536, 700), ((9,), 32, 2000),  # a prefill: W a panel at a time
 ]
 
 
@@ -83,7 +85,7 @@ def test_linear_q_matches_the_reference(any_backend, threads, rng, lead, k, n, b
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("m", [1, 3, 8])
+@pytest.mark.parametrize("m", [1, 3, 8, 9, 64])
 def test_linear_q_extreme_scales(any_backend, threads, rng, kind, m):
     """Scales from fp16's subnormals to its largest (65504), zeros and both signs, mixed in a row."""
     k, n = 1536, 67
@@ -217,3 +219,24 @@ def test_numba_scales_are_every_float16_exactly(f16c):
     assert proc.stdout.startswith("ok")
     if f16c == "0":
         assert proc.stdout.split() == ["ok", "False"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_dequantize_kernel_is_the_reference_to_the_bit(any_backend, threads, rng, kind):
+    """A prefill's panels: rows j0 .. j0 + rows of W dequantized exactly as reference.dequantize,
+    scales from fp16's subnormals to its largest among them, and nothing written past the rows."""
+    kernel = any_backend.KERNELS.dequantize
+    if kernel is None:
+        pytest.skip(f"{any_backend.__name__} has no dequantize kernel (numpy's matmul path)")
+    for n, k, j0, rows in [(1, 32, 0, 1), (40, 576, 3, 37), (300, 1536, 100, 200), (17, 64, 16, 1),
+                           (9, 96, 0, 0)]:
+        blocks = random_blocks(rng, kind, n, k).reshape(n, k // 32, -1)
+        special = np.array([65504, -65504, 2.0 ** -24, 6.1e-5, 0, -0.0, 1, -3.5], np.float16)
+        halves = 2 if kind == "Q4_1" else 1
+        blocks[::3, :, :2 * halves] = special[rng.integers(0, 8, (len(blocks[::3]), k // 32, halves))] \
+            .view(np.uint8).reshape(-1, k // 32, 2 * halves)
+        blocks = blocks.reshape(n, -1)
+        out = np.full((rows + 1, k), 7.0, np.float32)  # a last row the kernel must not touch
+        kernel(blocks, KINDS.index(kind), j0, out[:rows], silkattn.get_num_threads())
+        np.testing.assert_array_equal(out[:rows], ref.dequantize(blocks[j0:j0 + rows], kind))
+        assert (out[rows] == 7.0).all()

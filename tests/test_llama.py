@@ -36,6 +36,8 @@ def files(tmp_path_factory):
     llama_files.write(paths["untied"], "Q8_0", tied=False, seed=1)
     paths["mqa"] = str(root / "mqa.gguf")
     llama_files.write(paths["mqa"], "F16", h=8, h_kv=1, n_layers=3, rope_base=500000.0, seed=2)
+    paths["gqa-q4"] = str(root / "gqa-q4.gguf")  # the fused step with 4 query heads a K/V head, d_head 32
+    llama_files.write(paths["gqa-q4"], "Q4_0", d=256, h=8, h_kv=2, d_ff=160, n_layers=3, seed=3)
     return paths
 
 
@@ -161,6 +163,51 @@ def test_patch_runs_a_numpy_llama_on_the_kernels(files, on_backend):
         assert numpy_llama.attention is silkattn.ops.attention
         assert_matches(numpy_llama.llama(ids, model.params), expected, np.float32)
     assert numpy_llama.rms_norm is not silkattn.ops.rms_norm
+
+
+@pytest.mark.parametrize("kind", ["Q8_0", "Q4_0", "Q4_1", "gqa-q4"])
+def test_fused_decode_step_matches_the_reference_and_the_ops(files, kind, on_backend, threads):
+    """A decoding step as one kernel call per layer (where the backend has Kernels.llama_layer):
+    its logits are the reference's at every position, and the cache it writes is the ops' cache."""
+    model = llama.load(files[kind])
+    assert all(L.quantized for L in model.layers)
+    P64, ids = params64(model.params), [1, 70, 80, 90, 100, 3, 250, 7, 9, 40, 41, 42, 5]
+    fused, ops = model.cache(len(ids)), model.cache(len(ids))
+    model._run(np.array(ids[:3]), fused, 0)
+    model._run(np.array(ids[:3]), ops, 0)
+    for p in range(3, len(ids)):
+        logits = model._run(np.array(ids[p:p + 1]), fused, p)
+        assert_matches(logits[-1], ref.llama(ids[:p + 1], P64)[-1], np.float32)
+        assert_matches(logits, model._run(np.array(ids[p:p + 1]), ops, p, fused=False), np.float32)
+        assert_matches(fused[:, :, :, :p + 1], ops[:, :, :, :p + 1], np.float32)
+
+
+def test_fused_layer_kernel_checks_its_shapes(files, any_backend):
+    """The kernels' own checks (the last guard before C or Numba index the buffers): a K/V cache,
+    a scratch buffer or blocks of the wrong size, or a position past the cache, is a ValueError."""
+    kernel = any_backend.KERNELS.llama_layer
+    if kernel is None:
+        pytest.skip(f"{any_backend.__name__} runs the step as separate ops")
+    model = llama.load(files["Q4_1"])
+    c, L = model.config, model.layers[0]
+    cache = model.cache(8)
+    x = np.ones(c.d, np.float32)
+    cos, sin = np.ones(c.d_head // 2, np.float32), np.zeros(c.d_head // 2, np.float32)
+
+    def call(**change):
+        a = dict(x=x, wqkv=L.wqkv.blocks, K=cache[0, 0], V=cache[0, 1], pos=3, scratch=model._scratch(8))
+        a.update(change)
+        kernel(a["x"], L.attn_norm, L.ffn_norm, a["wqkv"], L.wqkv.code, L.wo.blocks, L.wo.code, L.wgu.blocks,
+               L.wgu.code, L.wd.blocks, L.wd.code, a["K"], a["V"], a["pos"], cos, sin, c.h, c.eps,
+               *a["scratch"], 1)
+
+    call()
+    bad = [dict(pos=8), dict(pos=-1), dict(K=cache[0, 0, :, :4]), dict(V=model.cache(9)[0, 1]),
+           dict(wqkv=L.wqkv.blocks[:-1]), dict(x=np.ones(c.d + 32, np.float32)),
+           dict(scratch=model._scratch(4))]
+    for change in bad:
+        with pytest.raises(ValueError, match="llama_layer"):
+            call(**change)
 
 
 # ---------------------------------------------------------------- errors

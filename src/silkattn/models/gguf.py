@@ -75,6 +75,15 @@ class GGUFFile:
             return np.array(t.data, np.float32)  # a copy: the file's mapping is read-only
         return np.asarray(_gguf().quants.dequantize(t.data, t.tensor_type), np.float32)
 
+    def read(self, name):  # -> the tensor's stored array (blocks: uint8 (rows, bytes)), a copy
+        """Tensor `name` as stored (the blocks of a quantized type), read from the file into memory of
+        its own rather than through the memory map, whose pages would then stay resident beside it:
+        for tensors that are reordered or joined before use."""
+        t = self.tensors[name]
+        with open(self.path, "rb") as f:
+            data = os.pread(f.fileno(), int(t.n_bytes), int(t.data_offset))
+        return np.frombuffer(bytearray(data), t.data.dtype).reshape(t.data.shape)
+
     def shape(self, name):  # numpy's axis order (ggml lists the fastest axis first)
         return tuple(int(n) for n in reversed(self.tensors[name].shape))
 

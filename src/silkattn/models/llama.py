@@ -3,18 +3,18 @@
     model = silkattn.models.llama.load(path)          # pip install "silkattn[llm]"
     model.chat([{"role": "user", "content": "What is the capital of France?"}], max_new_tokens=64)
 
-The weights are dequantized to float32 once, at load (the gguf package's dequantize of the file's
-blocks); the Q and K projections' rows are put back in the half-split rotary layout (GGUF stores
-them in llama.cpp's interleaved one), so the model is the reference's llama() on those weights.
-A prefill (many rows) multiplies by those float32 matrices (GEMMs); a decoding step (one row)
-reads the file's own blocks instead (silkattn.quant.QuantizedMatrix: Q8_0, Q4_0, Q4_1), the same
-weights in 5 to 8.5 bits each rather than 32, which is what a step's time is spent reading.
+The weights stay the file's blocks (silkattn.quant.QuantizedMatrix: Q8_0, Q4_0, Q4_1, 5 to 8.5
+bits a weight), never a float32 copy: single tensors are the file's memory map itself; the Q|K|V
+and gate|up matrices are joined into one each (read from the file, with the Q and K rows put back
+in the half-split rotary layout: GGUF stores llama.cpp's interleaved one), so the model is the
+reference's llama() on the dequantized weights. Tensors of other types (F32, F16) are float32.
 
-A step runs the fused ops: RMSNorm with the residual add before it (ops.add_rms_norm), one
-projection for Q, K and V, rotary embeddings applied in place to Q and K in one call (ops.rope),
-grouped-query attention straight from a preallocated cache that holds only the K/V heads, one
-projection for the gate and up halves of the SwiGLU and its silu(g) * u in one pass (ops.silu_mul).
-The prompt is one prefill call; each new token is one decode step of one row.
+A prefill (many rows) runs ops.linear's GEMM path: each matrix dequantized a panel at a time into
+a BLAS GEMM. A decoding step (one row) is one fused kernel call per layer (Kernels.llama_layer:
+norm, Q/K/V, rotary, cache append, attention, output projection and residual, norm, gate/up,
+SwiGLU, down projection and residual) reading each block once; the same step as separate ops
+(Llama._run, the readable path and the fused one's oracle) runs where a backend has no fused kernel
+or a matrix is float32. The KV cache holds only the K/V heads (grouped-query attention).
 """
 import dataclasses
 import importlib.util
@@ -23,9 +23,10 @@ import time
 
 import numpy as np
 
+from .. import _api, _backends, ops, quant
 from .. import _checks as check
-from .. import ops, quant
 from .. import reference as ref
+from .._threads import LINEAR_WORK, threads_for
 from . import gguf
 
 
@@ -82,25 +83,58 @@ def _unpermute(W, n_head):  # (n_head * d_head, d) rows as llama.cpp's converter
     return W.reshape(n_head, -1, 2, W.shape[-1]).swapaxes(1, 2).reshape(W.shape)
 
 
+@dataclasses.dataclass(frozen=True)
+class LlamaLayer:
+    """One decoder layer's weights: the norms' gains and the four products' (in, out) matrices, each
+    a quant.QuantizedMatrix of the file's blocks where its type has them, else float32."""
+
+    attn_norm: np.ndarray  # (d,)
+    ffn_norm: np.ndarray   # (d,)
+    wqkv: object           # (d, (h + 2 h_kv) d_head): Q heads (half-split rotary rows), K heads, V heads
+    wo: object             # (h d_head, d)
+    wgu: object            # (d, 2 d_ff): gate | up
+    wd: object             # (d_ff, d)
+
+    @property
+    def quantized(self):
+        return all(isinstance(w, quant.QuantizedMatrix) for w in (self.wqkv, self.wo, self.wgu, self.wd))
+
+
+def _dense(W):  # a layer's matrix as float32 (in, out)
+    return W.dequantize() if isinstance(W, quant.QuantizedMatrix) else W
+
+
 class Llama:
-    """A loaded model: config, params (reference.llama's layout), the tokenizer and the chat template.
+    """A loaded model: config, the embedding, layers (LlamaLayer), final norm and output head, the
+    tokenizer and the chat template. .params gives reference.llama's float32 layout, on demand."""
 
-    The prefill's weights are the params' own arrays: P's (in, out) matrices are transposed views
-    of the fused (out, in) row blocks the file's tensors were dequantized into. A decoding step's
-    are the file's blocks (about 1/5 of the float32 bytes for Q4_1): the single tensors read from
-    the file's memory map, the fused ones (Q|K|V, gate|up) copied once as blocks.
-    """
-
-    def __init__(self, config, params, fused, tokenizer, template, bos_id=None, eos_id=None, path=None,
-                 step=None):
-        self.config, self.params, self._fused = config, params, fused
-        # a decoding step's weights: per layer (Wqkv, Wo, Wgu, Wd) and the output head, each the
-        # file's blocks (QuantizedMatrix) where it has them, else the float32 matrix
-        self._step = step or ([(qkv, p["attn"][3], gu, p["ffn"][2]) for p, (qkv, gu) in
-                               zip(params["layers"], fused)], params["out"])
+    def __init__(self, config, emb, layers, norm, head, tokenizer, template, bos_id=None, eos_id=None,
+                 path=None):
+        # emb: the token embedding, a QuantizedMatrix (d, vocab) or float32 (vocab, d); head: (d, vocab)
+        self.config, self.emb, self.layers, self.norm, self.head = config, emb, layers, norm, head
         self.tokenizer, self._template, self.bos_id, self.eos_id, self.path = (tokenizer, template, bos_id,
                                                                                 eos_id, path)
         self.stats = {}  # the last generation's prompt_tokens, prefill_s, new_tokens, decode_s, stopped
+        self._params = None
+
+    @property
+    def params(self):
+        """reference.llama's params (float32): the float32 matrices themselves (views: writing to them
+        changes the model), the blocks dequantized (made on first use: a float32 copy of the model)."""
+        if self._params is None:
+            c = self.config
+            nq, nk = c.d, c.d + c.h_kv * c.d_head
+            layers = []
+            for L in self.layers:
+                qkv, gu = _dense(L.wqkv), _dense(L.wgu)
+                layers.append({"attn_norm": L.attn_norm, "h": c.h, "h_kv": c.h_kv, "ffn_norm": L.ffn_norm,
+                               "attn": (qkv[:, :nq], qkv[:, nq:nk], qkv[:, nk:], _dense(L.wo)),
+                               "ffn": (gu[:, :c.d_ff], gu[:, c.d_ff:], _dense(L.wd))})
+            emb = self.emb.dequantize().T if isinstance(self.emb, quant.QuantizedMatrix) else self.emb
+            out = emb.T if self.head is self.emb else _dense(self.head)
+            self._params = {"emb": emb, "layers": layers, "norm": self.norm, "out": out, "eps": c.eps,
+                            "rope_base": c.rope_base}
+        return self._params
 
     # ---- text
 
@@ -138,19 +172,24 @@ class Llama:
         c = self.config
         return np.empty((c.n_layers, 2, c.h_kv, capacity, c.d_head), np.float32)
 
-    def _run(self, ids, cache, start, last_only=True):  # ids at positions start .. start + n - 1
-        """Logits of the new positions (the last one only if last_only); their K and V written to cache."""
-        c, P = self.config, self.params
+    def _embed(self, ids):  # -> (n, d) float32
+        if isinstance(self.emb, quant.QuantizedMatrix):
+            return ref.dequantize(self.emb.blocks[ids], self.emb.kind)
+        return self.emb[ids]
+
+    def _run(self, ids, cache, start, last_only=True, fused=True):  # ids at positions start .. start + n - 1
+        """Logits of the new positions (the last one only if last_only); their K and V written to cache.
+        One token runs the fused step (fused=False: the ops, its oracle) where the backend has it."""
+        c, kernels = self.config, _backends.kernels()
+        if (fused and len(ids) == 1 and kernels.llama_layer is not None
+                and all(L.quantized for L in self.layers)):
+            return self._step(kernels, int(ids[0]), cache, start)
         n, end, hq, hkv, dh, dff = len(ids), start + len(ids), c.h, c.h_kv, c.d_head, c.d_ff
         positions = np.arange(start, end)
-        X = P["emb"][ids]  # (n, d)
-        H = ops.rms_norm(X, P["layers"][0]["attn_norm"], c.eps)
-        step = n == 1  # a decoding step: the blocks; several rows: the float32 matrices (GEMMs)
-        for i, (p, (Wqkv, Wgu)) in enumerate(zip(P["layers"], self._fused)):
-            Wo, Wd = p["attn"][3], p["ffn"][2]
-            if step:
-                Wqkv, Wo, Wgu, Wd = self._step[0][i]
-            qkv = ops.linear(H, Wqkv)  # (n, (hq + 2 hkv) dh): Q heads, K heads, V heads
+        X = self._embed(ids)  # (n, d)
+        H = ops.rms_norm(X, self.layers[0].attn_norm, c.eps)
+        for i, L in enumerate(self.layers):
+            qkv = ops.linear(H, L.wqkv)  # (n, (hq + 2 hkv) dh): Q heads, K heads, V heads
             qk = qkv[:, :(hq + hkv) * dh].reshape(n, hq + hkv, dh).swapaxes(0, 1)  # (hq + hkv, n, dh)
             ops.rope(qk, positions, c.rope_base, out=qk)
             K, V = cache[i]  # each (hkv, capacity, dh)
@@ -160,13 +199,33 @@ class Llama:
             if last_only and i + 1 == c.n_layers:  # the last layer's other rows reach no logit: skip them
                 q, first, X = q[:, -1:], end - 1, X[-1:]
             A = ops.attention(q, K[:, :end], V[:, :end], causal=True, q_offset=first)  # (hq, rows, dh)
-            X, H = ops.add_rms_norm(X, ops.linear(A.swapaxes(0, 1).reshape(len(X), -1), Wo), p["ffn_norm"],
+            X, H = ops.add_rms_norm(X, ops.linear(A.swapaxes(0, 1).reshape(len(X), -1), L.wo), L.ffn_norm,
                                     c.eps)
-            G = ops.linear(H, Wgu)  # (n, 2 dff): gate | up
-            F = ops.linear(ops.silu_mul(G[:, :dff], G[:, dff:]), Wd)
-            following = P["layers"][i + 1]["attn_norm"] if i + 1 < c.n_layers else P["norm"]
+            G = ops.linear(H, L.wgu)  # (n, 2 dff): gate | up
+            F = ops.linear(ops.silu_mul(G[:, :dff], G[:, dff:]), L.wd)
+            following = self.layers[i + 1].attn_norm if i + 1 < c.n_layers else self.norm
             X, H = ops.add_rms_norm(X, F, following, c.eps)
-        return ops.linear(H[-1:] if last_only else H, self._step[1] if step else P["out"])
+        return ops.linear(H[-1:] if last_only else H, self.head)
+
+    def _step(self, kernels, token, cache, pos):  # -> logits (1, vocab)
+        """_run for one token at position pos: one fused kernel call per layer (Kernels.llama_layer)."""
+        c = self.config
+        x = np.ascontiguousarray(self._embed([token])[0])  # (d,): the residual stream, updated in place
+        cos, sin, rows = _api.rope_tables(c.rope_base, c.d_head // 2, np.dtype(np.float32), np.array([pos]))
+        scratch = self._scratch(cache.shape[3])
+        threads = threads_for(sum(L.wgu.nbytes for L in self.layers), LINEAR_WORK)  # as a product's
+        for i, L in enumerate(self.layers):
+            blocks = [a for W in (L.wqkv, L.wo, L.wgu, L.wd) for a in (W.blocks, W.code)]
+            kernels.llama_layer(x, L.attn_norm, L.ffn_norm, *blocks, cache[i, 0], cache[i, 1], pos,
+                                cos[rows[0]], sin[rows[0]], c.h, c.eps, *scratch, threads)
+        return ops.linear(ops.rms_norm(x[None], self.norm, c.eps), self.head)
+
+    def _scratch(self, capacity):  # the fused step's buffers (qkv, a, hn, gu, scores), kept per capacity
+        if getattr(self, "_buffers", (None,))[0] != capacity:
+            c = self.config
+            self._buffers = capacity, tuple(np.empty(size, np.float32) for size in (
+                (c.h + 2 * c.h_kv) * c.d_head, c.h * c.d_head, max(c.d, c.d_ff), 2 * c.d_ff, (c.h, capacity)))
+        return self._buffers[1]
 
     # ---- generation
 
@@ -294,41 +353,29 @@ def load(path=None):
             raise ValueError(f"{file.path}: tensor {name} has shape {file.shape(name)}, the metadata "
                              f"implies {shape}")
 
-    emb = file.dequantize("token_embd.weight")
-    layers, fused = [], []
-    for i in range(c.n_layers):
-        def w(name):
-            return file.dequantize(f"blk.{i}.{name}.weight")
-        qkv = np.concatenate([_unpermute(w("attn_q"), c.h), _unpermute(w("attn_k"), c.h_kv), w("attn_v")])
-        gu = np.concatenate([w("ffn_gate"), w("ffn_up")])  # (2 d_ff, d)
-        nq, nk = c.d, c.d + c.h_kv * c.d_head
-        layers.append({"attn_norm": w("attn_norm"), "h": c.h, "h_kv": c.h_kv, "ffn_norm": w("ffn_norm"),
-                       "attn": (qkv[:nq].T, qkv[nq:nk].T, qkv[nk:].T, w("attn_output").T),
-                       "ffn": (gu[:c.d_ff].T, gu[c.d_ff:].T, w("ffn_down").T)})
-        fused.append((qkv.T, gu.T))  # (d, (h + 2 h_kv) d_head), (d, 2 d_ff): transposed views
-    out = file.dequantize("output.weight").T if "output.weight" in names else emb.T
-    params = {"emb": emb, "layers": layers, "norm": file.dequantize("output_norm.weight"), "out": out,
-              "eps": c.eps, "rope_base": c.rope_base}
-    step = [tuple(_blocks(file, names, heads) or dense for names, heads, dense in (
-        ((f"blk.{i}.attn_q.weight", f"blk.{i}.attn_k.weight", f"blk.{i}.attn_v.weight"), (c.h, c.h_kv, None),
-         fused[i][0]),
-        ((f"blk.{i}.attn_output.weight",), (None,), layers[i]["attn"][3]),
-        ((f"blk.{i}.ffn_gate.weight", f"blk.{i}.ffn_up.weight"), (None, None), fused[i][1]),
-        ((f"blk.{i}.ffn_down.weight",), (None,), layers[i]["ffn"][2]))) for i in range(c.n_layers)]
-    head = "output.weight" if "output.weight" in names else "token_embd.weight"
-    return Llama(config, params, fused, gguf.tokenizer(file), gguf.chat_template(file),
-                 file.get("tokenizer.ggml.bos_token_id", None), file.get("tokenizer.ggml.eos_token_id", None),
-                 file.path, (step, _blocks(file, (head,), (None,)) or out))
+    def matrix(names, heads=(None,)):
+        """The (in, out) matrix of the tensors `names` stacked by rows (those of `heads` heads put
+        back in half-split rotary order): their blocks, else float32."""
+        kinds = {file.tensors[name].tensor_type.name for name in names}
+        blocks = len(kinds) == 1 and kinds <= set(quant.KINDS)
+        if blocks and len(names) == 1 and heads[0] is None:  # the file's own memory map: no copy
+            return quant.QuantizedMatrix(kinds.pop(), file.tensors[names[0]].data)
+        parts = [(file.read if blocks else file.dequantize)(name) for name in names]
+        parts = [p if h is None else _unpermute(p, h) for p, h in zip(parts, heads)]
+        W = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        return quant.QuantizedMatrix(kinds.pop(), np.ascontiguousarray(W)) if blocks else W.T
 
-
-def _blocks(file, names, heads):
-    """The tensors' blocks stacked by rows as one QuantizedMatrix (the Q/K rows of `heads` heads
-    back in the half-split rotary order), or None unless they share one block type silkattn runs."""
-    kinds = {file.tensors[name].tensor_type.name for name in names}
-    kind = kinds.pop() if len(kinds) == 1 else None
-    if kind not in quant.KINDS:
-        return None
-    parts = [file.tensors[name].data if h is None else _unpermute(file.tensors[name].data, h)
-             for name, h in zip(names, heads)]
-    blocks = parts[0] if len(parts) == 1 else np.concatenate(parts)  # one file tensor: its mapping, no copy
-    return quant.QuantizedMatrix(kind, np.ascontiguousarray(blocks))
+    layers = [LlamaLayer(
+        attn_norm=file.dequantize(f"blk.{i}.attn_norm.weight"),
+        ffn_norm=file.dequantize(f"blk.{i}.ffn_norm.weight"),
+        wqkv=matrix([f"blk.{i}.attn_{x}.weight" for x in "qkv"], (c.h, c.h_kv, None)),
+        wo=matrix([f"blk.{i}.attn_output.weight"]),
+        wgu=matrix([f"blk.{i}.ffn_gate.weight", f"blk.{i}.ffn_up.weight"], (None, None)),
+        wd=matrix([f"blk.{i}.ffn_down.weight"])) for i in range(c.n_layers)]
+    emb = matrix(["token_embd.weight"])
+    emb = emb if isinstance(emb, quant.QuantizedMatrix) else emb.T  # float32: (vocab, d), rows by id
+    head = matrix(["output.weight"]) if "output.weight" in names else emb if isinstance(
+        emb, quant.QuantizedMatrix) else emb.T
+    return Llama(config, emb, layers, file.dequantize("output_norm.weight"), head, gguf.tokenizer(file),
+                 gguf.chat_template(file), file.get("tokenizer.ggml.bos_token_id", None),
+                 file.get("tokenizer.ggml.eos_token_id", None), file.path)
