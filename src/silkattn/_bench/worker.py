@@ -81,7 +81,10 @@ def setup(contender, threads):
         import torch
         torch.set_num_threads(threads)
         return name
-    if name in ("numpy", "onnxruntime"):  # onnxruntime: its session reads OMP_NUM_THREADS
+    if name == "numpy":
+        return name
+    if name in ("onnxruntime", "llama.cpp"):  # they take the count as an argument: cases.bench_threads()
+        os.environ["OMP_NUM_THREADS"] = str(threads)  # reads it (the driver sets it too)
         return name
     import silkattn
     silkattn.set_num_threads(threads)
