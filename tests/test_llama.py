@@ -202,12 +202,14 @@ def test_fused_layer_kernel_checks_its_shapes(files, any_backend):
                *a["scratch"], 1)
 
     call()
-    bad = [dict(pos=8), dict(pos=-1), dict(K=cache[0, 0, :, :4]), dict(V=model.cache(9)[0, 1]),
+    bad = [dict(pos=8), dict(pos=-1), dict(K=model.cache(4)[0, 0]), dict(V=model.cache(9)[0, 1]),
            dict(wqkv=L.wqkv.blocks[:-1]), dict(x=np.ones(c.d + 32, np.float32)),
            dict(scratch=model._scratch(4))]
     for change in bad:
         with pytest.raises(ValueError, match="llama_layer"):
             call(**change)
+    with pytest.raises(ValueError):  # a strided cache: the memoryview's or the driver's own check
+        call(K=cache[0, 0, :, :4])
 
 
 # ---------------------------------------------------------------- errors

@@ -16,6 +16,7 @@ from . import feed_forward as _feed_forward
 from . import layer_norm as _layer_norm
 from . import linear as _linear
 from . import linear_q as _linear_q
+from . import llama_layer as _llama_layer
 from . import rms_norm as _rms_norm
 from . import rope as _rope
 from . import silu_mul as _silu_mul
@@ -192,6 +193,83 @@ def linear_q(x, blocks, kind, b, out, has_bias, num_threads):
     nthreads = _use_threads(num_threads)
     _linear_q.linear_q_rows(_read_only(x), _read_only(np.asarray(blocks)), int(kind), _read_only(b),
                             bool(has_bias), out, nthreads)
+
+
+def dequantize(blocks, kind, j0, out, num_threads):
+    """The kernel contract's dequantize: out = reference.dequantize(blocks[j0 : j0 + len(out)]), the
+    blocks read-only (a memory map as the plain array it is): one compiled signature. Its operands
+    are checked here (as kernels/linear_q.pyx checks them): all that keeps the kernel within them."""
+    blocks, kind, j0 = np.asarray(blocks), int(kind), int(j0)
+    _check_arrays("dequantize", ((blocks, _U8, 2),), ((out, _F32, 2),))
+    rows, k = out.shape
+    n, ldw = blocks.shape
+    if not 0 <= kind < len(_BYTES) or k <= 0 or k % 32 or ldw != k // 32 * _BYTES[kind]:
+        raise ValueError(f"dequantize: kind {kind}, blocks ({n}, {ldw}) and out rows of {k} do not fit")
+    if not 0 <= j0 <= n - rows:
+        raise ValueError(f"dequantize: rows {j0} .. {j0 + rows} of {n} out of range")
+    nthreads = _use_threads(num_threads)
+    _linear_q.dequantize_rows(_read_only(blocks), kind, j0, out, nthreads)
+
+
+def llama_layer(x, attn_norm, ffn_norm, wqkv, kqkv, wo, ko, wgu, kgu, wd, kd, K, V, pos, cos, sin, h, eps,
+                qkv, a, hn, gu, scores, num_threads):
+    """The kernel contract's llama_layer (see llama_layer.py): one call of the compiled layer, its
+    operands' shapes checked against each other first (as kernels/llama_layer.pyx checks them: all
+    that keeps the kernel within its arrays). What it only reads goes in read-only, and x, a and hn
+    also as read-only views of themselves (what linear_q_rows reads as its x or bias), so the layer
+    calls linear_q_rows at the signature driver.linear_q compiles: one compiled signature, and
+    linear_q_rows's compiled code shared."""
+    wqkv, wo, wgu, wd = np.asarray(wqkv), np.asarray(wo), np.asarray(wgu), np.asarray(wd)
+    kqkv, ko, kgu, kd, pos, h = int(kqkv), int(ko), int(kgu), int(kd), int(pos), int(h)
+    _check_arrays("llama_layer", ((wqkv, _U8, 2), (wo, _U8, 2), (wgu, _U8, 2), (wd, _U8, 2),
+                                  (attn_norm, _F32, 1), (ffn_norm, _F32, 1), (cos, _F32, 1), (sin, _F32, 1)),
+                  ((x, _F32, 1), (K, _F32, 3), (V, _F32, 3), (qkv, _F32, 1), (a, _F32, 1), (hn, _F32, 1),
+                   (gu, _F32, 1), (scores, _F32, 2)))
+    d = x.shape[0]
+    hkv, cap, dh = K.shape
+    dff = wd.shape[1] // _BYTES[kd] * 32 if 0 <= kd <= 2 else 0
+    if h <= 0 or hkv <= 0 or h % hkv or dh <= 0 or dh % 2 or d <= 0 or dff <= 0:
+        raise ValueError(f"llama_layer: {h} query heads, {hkv} K/V heads of {dh}, d = {d}, d_ff = {dff}")
+    _fits(wqkv, kqkv, (h + 2 * hkv) * dh, d)
+    _fits(wo, ko, d, h * dh)
+    _fits(wgu, kgu, 2 * dff, d)
+    _fits(wd, kd, d, dff)
+    if V.shape != K.shape or not 0 <= pos < cap:
+        raise ValueError(f"llama_layer: K {K.shape}, V {V.shape}, position {pos}")
+    if (attn_norm.shape[0] != d or ffn_norm.shape[0] != d or cos.shape[0] != dh // 2
+            or sin.shape[0] != dh // 2 or qkv.shape[0] < (h + 2 * hkv) * dh or a.shape[0] < h * dh
+            or hn.shape[0] < max(d, dff) or gu.shape[0] < 2 * dff or scores.shape[0] < h
+            or scores.shape[1] < cap):
+        raise ValueError("llama_layer: a norm, the rotary row or a scratch buffer has the wrong size")
+    nthreads = _use_threads(num_threads)
+    ro = _read_only
+    _llama_layer.llama_layer(x, ro(x), ro(attn_norm), ro(ffn_norm), ro(wqkv), kqkv, ro(wo), ko, ro(wgu),
+                             kgu, ro(wd), kd, K, V, pos, ro(cos), ro(sin), h, float(eps), qkv, a, ro(a), hn,
+                             ro(hn), gu, scores, nthreads)
+
+
+_F32, _U8 = np.dtype(np.float32), np.dtype(np.uint8)
+_BYTES = _linear_q.BLOCK_BYTES
+
+
+def _check_arrays(op, read, written):
+    """ValueError unless each operand (array, dtype, ndim) is a C-contiguous ndarray of that dtype and
+    number of dimensions, and those in `written` are writable: one compiled signature, and no
+    reshape of a strided view inside the kernel."""
+    for v, dtype, ndim in read + written:
+        if type(v) is not np.ndarray or v.dtype != dtype or v.ndim != ndim or not v.flags.c_contiguous:
+            raise ValueError(f"{op}: the operands must be C-contiguous ndarrays (the blocks uint8, the "
+                             f"others float32), {ndim}-D here; got {type(v).__name__} "
+                             f"{getattr(v, 'dtype', '')} {getattr(v, 'shape', '')}")
+    for v, _, _ in written:
+        if not v.flags.writeable:
+            raise ValueError(f"{op}: an operand it writes is read-only")
+
+
+def _fits(w, kind, n, k):
+    """ValueError unless blocks w of kind stand for a (k, n) matrix."""
+    if not 0 <= kind <= 2 or k <= 0 or k % 32 or w.shape[0] != n or w.shape[1] != k // 32 * _BYTES[kind]:
+        raise ValueError(f"llama_layer: blocks {w.shape} of kind {kind} do not stand for a ({k}, {n}) matrix")
 
 
 _local = threading.local()

@@ -8,6 +8,9 @@ sum_i c_i xs_i; then it takes J rows of W a pass, each block's q converted in re
 bytes widened; a 4-bit block's nibbles looked up in a register of d q with 16 lanes, masked and
 converted with 8) straight into the products with one or two rows of x, J (or 2 J) accumulators
 in registers, the scales broadcast from the buffer. The next task's rows are prefetched.
+
+dequantize_rows: rows of W's blocks to float32 (a prefill's panels of W, multiplied by BLAS), the
+reference's arithmetic to the bit.
 """
 import numba
 import numpy as np
@@ -30,6 +33,7 @@ from ._simd import (
     vprefetch,
     vsplat,
     vstore,
+    vsub,
     vtable_q4,
     vwidth,
 )
@@ -211,3 +215,56 @@ def linear_q_rows(x, blocks, kind, b, has_bias, out, nthreads):
             _task_q4_0(x, xf, m, k, xs, bf, ldw, nb, sc, j0, j1, b, has_bias, of, n)
         else:
             _task_q4_1(x, xf, m, k, xs, bf, ldw, nb, sc, j0, j1, b, has_bias, of, n)
+
+
+# No fastmath here nor in dequantize_rows: not even 'contract', so that Q4_1's d q + m rounds twice
+# as the reference's does (one FMA would round it once: not its bits).
+@numba.njit(nogil=True, cache=CACHE)
+def _dequantize_row(kind, out, bf, row, nb, of, o, buf):
+    """of[o : o + 32 nb] = the weights of the nb blocks from byte row of bf. A register of blocks'
+    float16 scales converted at a time (vload_halves, as _scales) into buf, then each block's q
+    converted a register at a time (bytes widened, sign-extended for Q8_0; a 4-bit block's byte t
+    holds q_t in its low nibble, q_(t + 16) in its high one) and scaled as the reference: d q
+    (Q8_0), d (q - 8) (Q4_0; q - 8 is exact), d q + m (Q4_1). A function of its own, not prange's
+    body: here the register's lanes are a constant (the loops over a block unroll)."""
+    W = vwidth(out)
+    size = BLOCK_BYTES[kind]
+    head = 4 if kind == Q4_1 else 2
+    eight = vsplat(out, 8)
+    for i0 in range(0, nb, W):
+        d, m = vload_halves(out, bf, row + i0 * size, size, nb - i0)
+        vstore(buf, 0, d)
+        vstore(buf, W, m)
+        for i in range(i0, min(nb, i0 + W)):
+            q = row + i * size + head
+            vd = vbcast(buf, i - i0)
+            at = o + i * 32
+            if kind == Q8_0:
+                for v in range(0, 32, W):
+                    vstore(of, at + v, vmul(vload_q8(out, bf, q + v), vd))
+            elif kind == Q4_0:
+                for v in range(0, 32, W):
+                    w = vsub(vload_q4(out, bf, q + v % 16, 0 if v < 16 else 4), eight)
+                    vstore(of, at + v, vmul(vd, w))
+            else:
+                vm = vbcast(buf, W + i - i0)
+                for v in range(0, 32, W):
+                    w = vload_q4(out, bf, q + v % 16, 0 if v < 16 else 4)
+                    vstore(of, at + v, vadd(vmul(vd, w), vm))
+
+
+@numba.njit(parallel=True, nogil=True, cache=CACHE)
+def dequantize_rows(blocks, kind, j0, out, nthreads):
+    """out[r] = dequantize(blocks[j0 + r], kind) (silkattn.reference.dequantize, bit for bit): blocks
+    (n, k / 32 * block bytes) uint8, out (rows, k) float32, C-contiguous. One block of rows a
+    thread, each with its buffer of a register of scales (and one of Q4_1's m)."""
+    rows, k = out.shape
+    ldw = blocks.shape[1]
+    nb = k // 32
+    bf = blocks.reshape(-1)
+    of = out.reshape(-1)
+    buf_all = np.empty((nthreads, 2 * vwidth(out)), out.dtype)
+    for p in prange(nthreads):
+        buf = buf_all[p]
+        for r in range(p * rows // nthreads, (p + 1) * rows // nthreads):
+            _dequantize_row(kind, out, bf, (j0 + r) * ldw, nb, of, r * k, buf)
