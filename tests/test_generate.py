@@ -8,7 +8,7 @@ from test_seq2seq import as_f64, small_seq2seq
 import silkattn
 from silkattn import reference as ref
 from silkattn.models import decoder, seq2seq
-from silkattn.models.generate import KVCache
+from silkattn.models.generate import KVCache, _fused_blocks
 from silkattn.models.layers import fused_qkv
 
 from conftest import DTYPES, assert_close
@@ -54,6 +54,85 @@ def test_cached_seq2seq_logits_equal_a_full_recompute(on_backend, rng, norm):
     for t in range(5, len(tgt)):
         logits = seq2seq.decode_cached(tgt[t:t + 1], P, cache, t, qkv, cross, pad)
         assert_close(logits, ref.decode(tgt[:t + 1], memory64, P64, pad)[-1], np.float32)
+
+
+def _fused_or_skip(make):
+    fused = make()
+    if fused is None:
+        pytest.skip("this backend has no block_layer kernel: its steps are the ops")
+    return fused
+
+
+@pytest.mark.parametrize("d, h, d_ff", [(64, 4, 96), (128, 2, 320)])
+def test_fused_block_step_equals_a_full_recompute(on_backend, rng, d, h, d_ff):
+    """A decoding step as one block_layer call per block (the way generate() runs it), after the
+    ops' prefill, against the reference's recompute at every position."""
+    P = ref.init_params(50, d=d, h=h, n_layers=2, d_ff=d_ff, max_len=80, seed=5, dtype=np.float32)
+    P64, ids = as_f64(P), rng.integers(0, 50, 70)
+    cache, qkv = KVCache(2, len(ids), d, np.float32), [fused_qkv(*p["attn"][:3]) for p in P["layers"]]
+    fused = _fused_or_skip(lambda: _fused_blocks(P["layers"], qkv, cache, len(ids)))
+    decoder.forward_cached(ids[:40], P, cache, 0, qkv)
+    for t in range(40, len(ids)):
+        logits = silkattn.ops.linear(fused(P["emb"][ids[t]] + P["pos"][t], t), P["emb"].T)
+        assert_close(logits, ref.transformer(ids[:t + 1], P64)[-1], np.float32)
+
+
+@pytest.mark.parametrize("norm, padded", [("post", 3), ("pre", 3), ("post", 11)])
+def test_fused_seq2seq_step_equals_a_full_recompute(on_backend, rng, norm, padded):
+    """The decoder's step with cross-attention, post- and pre-norm, some or every source token padded
+    (a query whose keys are all hidden averages them all, as the reference does)."""
+    P = small_seq2seq(norm, np.float32, seed=1)
+    P64 = as_f64(P)
+    src, pad = rng.integers(0, 23, 11), np.arange(11) < 11 - padded
+    memory, memory64 = silkattn.encode(src, P, pad), ref.encode(src, P64, pad)
+    tgt = rng.integers(0, 29, 30)
+    cache, cross = KVCache(2, len(tgt), 32, np.float32), seq2seq.cross_cache(memory, P)
+    qkv = [fused_qkv(*p["attn"][:3]) for p in P["decoder"]]
+    fused = _fused_or_skip(lambda: _fused_blocks(P["decoder"], qkv, cache, len(tgt), cross, pad))
+    seq2seq.decode_cached(tgt[:5], P, cache, 0, qkv, cross, pad)
+    for t in range(5, len(tgt)):
+        x = ref.embed(tgt[t:t + 1], P["tgt_emb"], P["pos"][t:])[0]
+        logits = silkattn.ops.linear(fused(x, t), P["tgt_emb"].T)
+        assert_close(logits, ref.decode(tgt[:t + 1], memory64, P64, pad)[-1], np.float32)
+
+
+def test_block_layer_kernel_checks_its_shapes(any_backend):
+    """The kernels' own checks, the last guard before C or Numba index the buffers."""
+    kernel = any_backend.KERNELS.block_layer
+    if kernel is None:
+        pytest.skip(f"{any_backend.__name__} runs the step as separate ops")
+    d, h, dff, cap, f32 = 64, 4, 96, 8, np.float32
+    p = small_decoder()["layers"][0]
+    K, V = np.zeros((cap, d), f32), np.zeros((cap, d), f32)
+    none_w, none_v, none_g = np.zeros((1, 1), f32), np.zeros((0, d), f32), np.zeros(0, f32)
+
+    def call(**change):
+        a = dict(x=np.ones(d, f32), wqkv=fused_qkv(*p["attn"][:3]), w2=p["ffn"][2], K=K, pos=3,
+                 scores=np.empty((h, cap), f32), hn=np.empty(max(d, dff), f32))
+        a.update(change)
+        kernel(a["x"], *p["ln1"], none_g, none_g, *p["ln2"], a["wqkv"], p["attn"][3], none_w, none_w,
+               *p["ffn"][:2], a["w2"], p["ffn"][3], a["K"], V, a["pos"], none_v, none_v, np.ones(0, np.uint8),
+               h, False, False, 1e-5, np.empty(3 * d, f32), np.empty(d, f32), a["hn"], np.empty(dff, f32),
+               a["scores"], 1)
+
+    call()
+    for change in [dict(pos=cap), dict(pos=-1), dict(K=np.zeros((cap - 1, d), f32)),
+                   dict(wqkv=np.zeros((d, 2 * d), f32)), dict(w2=np.zeros((dff + 1, d), f32)),
+                   dict(x=np.ones(d + 1, f32)), dict(scores=np.empty((h, cap - 1), f32)),
+                   dict(hn=np.empty(d, f32))]:
+        with pytest.raises(ValueError, match="block_layer"):
+            call(**change)
+
+
+def test_fused_block_step_is_skipped_for_float64_and_strided_weights(rng):
+    P = small_decoder(np.float64)
+    qkv = [fused_qkv(*p["attn"][:3]) for p in P["layers"]]
+    assert _fused_blocks(P["layers"], qkv, KVCache(2, 8, 64, np.float64), 8) is None
+    P = small_decoder(np.float32)
+    P["layers"][1]["ffn"] = (P["layers"][1]["ffn"][0].T.copy().T,) + P["layers"][1]["ffn"][1:]  # F-ordered
+    qkv = [fused_qkv(*p["attn"][:3]) for p in P["layers"]]
+    assert _fused_blocks(P["layers"], qkv, KVCache(2, 8, 64, np.float32), 8) is None
+    np.testing.assert_array_equal(silkattn.generate([1, 2, 3], P, 5), ref.generate([1, 2, 3], P, 5))
 
 
 def test_greedy_tokens_equal_the_reference_on_every_backend(on_backend, rng):

@@ -41,6 +41,19 @@ result array they may write. The kernel contract (the same for every backend):
                                                          d_head,), a (h d_head,), hn (max(d, d_ff),),
                                                          gu (2 d_ff,), scores (h, capacity). See
                                                          _api.llama_layer for the arithmetic.
+    block_layer(x, ln1_g, ln1_b, lnc_g, lnc_b, ln2_g, ln2_b, wqkv, wo, wcq, wco, w1, b1, w2, b2, K, V, pos,
+                Km, Vm, keep, h, post_norm, has_cross, eps, qkv, a, hn, f, scores, num_threads)
+                                                         one token through one of the listing's decoder
+                                                         blocks, float32, in place on x (d,): sublayers
+                                                         x += f(layer_norm(x)), or x = layer_norm(x + f(x))
+                                                         if post_norm: self-attention (wqkv (d, 3 d): Q|K|V,
+                                                         wo (d, d); K, V (capacity, d) the cache, heads side
+                                                         by side, this token's written at row pos), if
+                                                         has_cross cross-attention (wcq, wco (d, d) over Km,
+                                                         Vm (n_src, d), keep (n_src,) uint8 0 at padding),
+                                                         then relu(. w1 + b1) w2 + b2; scratch qkv (3 d,),
+                                                         a (d,), hn (max(d, d_ff),), f (d_ff,), scores
+                                                         (h, max(capacity, n_src))
     bias_relu(h, b, num_threads)                         h: (rows, n) C-contiguous, in place; b: (n,)
     bias_gelu(h, b, num_threads)                         the same, h = gelu(h + b)
     add_layer_norm(x, r, g, b, eps, s, out, num_threads) s = x + r, out = layer_norm(s); all (rows, n)
@@ -253,7 +266,7 @@ def linear_q(kernels, X, W, b, out):
     return out
 
 
-PANEL_BYTES = 1 << 18  # a panel of W's rows dequantized at a time: the GEMM reads it from L2
+PANEL_BYTES = 1 << 22  # W's rows dequantized at a time: within L3, and GEMMs big enough to run at full rate
 
 
 def _linear_q_panels(kernels, X, W, b, out):
@@ -263,7 +276,7 @@ def _linear_q_panels(kernels, X, W, b, out):
     X2, out2 = X.reshape(-1, k), out.reshape(-1, n)
     step = min(n, max(16, PANEL_BYTES // (4 * k) // 16 * 16))
     panel = np.empty((step, k), np.float32)
-    threads = threads_for(step * k, ELEMENTWISE_WORK)
+    threads = 1  # between GEMMs on BLAS's own threads, an OpenMP team (spinning after) would contend
     for j0 in range(0, n, step):
         P = panel[:min(step, n - j0)]
         kernels.dequantize(W.blocks, W.code, j0, P, threads)

@@ -9,9 +9,9 @@ from ._backends import Kernels, TileGeometry
 from ._cy import attention as _attention
 from ._cy import feed_forward as _feed_forward
 from ._cy import layer_norm as _layer_norm
+from ._cy import layer_step as _layer_step
 from ._cy import linear as _linear
 from ._cy import linear_q as _linear_q
-from ._cy import llama_layer as _llama_layer
 from ._cy import rms_norm as _rms_norm
 from ._cy import rope as _rope
 from ._cy import silu_mul as _silu_mul
@@ -26,7 +26,8 @@ KERNELS = Kernels("cython", softmax=_softmax.softmax, layer_norm=_layer_norm.lay
                   bias_gelu=_feed_forward.bias_gelu,
                   add_layer_norm=_layer_norm.add_layer_norm, rms_norm=_rms_norm.rms_norm,
                   add_rms_norm=_rms_norm.add_rms_norm, rope=_rope.rope, silu_mul=_silu_mul.silu_mul,
-                  dequantize=_linear_q.dequantize, llama_layer=_llama_layer.llama_layer,
+                  dequantize=_linear_q.dequantize, llama_layer=_layer_step.llama_layer,
+                  block_layer=_layer_step.block_layer,
                   isa=ISA, openmp=OPENMP)
 
 globals().update(ops.bind(KERNELS))

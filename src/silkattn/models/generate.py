@@ -10,8 +10,10 @@ tokens on every backend.
 """
 import numpy as np
 
+from .. import _backends, ops
 from .. import _checks as check
 from .. import reference as ref
+from .._threads import LINEAR_WORK, threads_for
 from . import decoder, seq2seq
 from .config import DecoderConfig, Seq2SeqConfig
 from .layers import fused_qkv
@@ -51,8 +53,12 @@ def generate(prompt_ids, P, max_new_tokens, *, memory=None, memory_mask=None, te
         dtype = np.result_type(P["emb"], P["pos"], *(p["attn"][1] for p in P["layers"]))
         cache = KVCache(config.n_layers, capacity, config.d, dtype)
         qkv = [fused_qkv(*p["attn"][:3]) for p in P["layers"]]
+        fused = _fused_blocks(P["layers"], qkv, cache, capacity)
 
         def step(new, start):
+            if fused and len(new) == 1:
+                x = P["emb"][new[0]] + P["pos"][start]
+                return ops.linear(fused(x, start), P["emb"].T)
             return decoder.forward_cached(new, P, cache, start, qkv)
     else:
         config = Seq2SeqConfig.of(P)
@@ -62,8 +68,12 @@ def generate(prompt_ids, P, max_new_tokens, *, memory=None, memory_mask=None, te
         dtype = np.result_type(P["tgt_emb"], P["pos"], *(p["attn"][1] for p in P["decoder"]))
         cache, cross = KVCache(config.n_layers, capacity, config.d, dtype), seq2seq.cross_cache(memory, P)
         qkv = [fused_qkv(*p["attn"][:3]) for p in P["decoder"]]
+        fused = _fused_blocks(P["decoder"], qkv, cache, capacity, cross, memory_mask)
 
         def step(new, start):
+            if fused and len(new) == 1:
+                x = ref.embed(new, P["tgt_emb"], P["pos"][start:])[0]
+                return ops.linear(fused(x, start), P["tgt_emb"].T)
             return seq2seq.decode_cached(new, P, cache, start, qkv, cross, memory_mask)
     out = []
     if max_new_tokens:
@@ -74,3 +84,39 @@ def generate(prompt_ids, P, max_new_tokens, *, memory=None, memory_mask=None, te
                 break
             logits, start = step(np.array(out[-1:]), start), start + 1
     return np.array(out, dtype=np.int64)
+
+
+def _fused_blocks(layers, qkv, cache, capacity, cross=None, memory_mask=None):
+    """A decoding step's blocks as one Kernels.block_layer call each: x (d,) -> x after every layer
+    (updated in place, the new keys and values written to the cache), or None where the backend
+    has no such kernel or the model is not float32 with C-contiguous arrays (the ops then run it)."""
+    kernels = _backends.kernels()
+    f32 = np.dtype(np.float32)
+    names = ("ln1", "ln2", "attn", "ffn", "ln_cross", "cross")
+    arrays = [a for p in layers for name in names for a in p.get(name, ())]
+    arrays += list(qkv) + [cache.data] + [a for kv in (cross or ()) for a in kv]
+    if kernels.block_layer is None or not all(a.dtype == f32 and a.flags.c_contiguous for a in arrays):
+        return None
+    d, d_ff, h = layers[0]["attn"][3].shape[0], layers[0]["ffn"][0].shape[1], layers[0]["h"]
+    n_src = len(cross[0][0]) if cross else 0
+    keep = (np.ones(n_src, np.uint8) if memory_mask is None else np.ascontiguousarray(memory_mask, np.uint8))
+    none_w, none_v, none_g = np.zeros((1, 1), f32), np.zeros((0, d), f32), np.zeros(0, f32)
+    scratch = [np.empty(n, f32) for n in (3 * d, d, max(d, d_ff), d_ff)]
+    scratch.append(np.empty((h, max(capacity, n_src)), f32))
+    args = []
+    for i, p in enumerate(layers):
+        has_cross = cross is not None
+        Km, Vm = cross[i] if has_cross else (none_v, none_v)
+        Wcq, _, _, Wco = p["cross"] if has_cross else (none_w,) * 4
+        lnc = p["ln_cross"] if has_cross else (none_g, none_g)
+        args.append((*p["ln1"], *lnc, *p["ln2"], qkv[i], p["attn"][3], Wcq, Wco, *p["ffn"], *cache[i]))
+        args[-1] += (Km, Vm, keep if has_cross else np.ones(0, np.uint8), p["h"],
+                     p.get("norm", "pre") == "post", has_cross)
+    threads = threads_for(sum(a.nbytes for a in arrays), LINEAR_WORK)
+
+    def run(x, pos):
+        x = np.array(x, f32)  # (d,): the residual stream, a copy the kernels update in place
+        for layer in args:
+            kernels.block_layer(x, *layer[:16], pos, *layer[16:], 1e-5, *scratch, threads)
+        return x
+    return run

@@ -12,6 +12,7 @@ import numba
 import numpy as np
 
 from . import attention as _attention
+from . import block_layer as _block_layer
 from . import feed_forward as _feed_forward
 from . import layer_norm as _layer_norm
 from . import linear as _linear
@@ -248,6 +249,51 @@ def llama_layer(x, attn_norm, ffn_norm, wqkv, kqkv, wo, ko, wgu, kgu, wd, kd, K,
                              ro(hn), gu, scores, nthreads)
 
 
+
+def block_layer(x, ln1_g, ln1_b, lnc_g, lnc_b, ln2_g, ln2_b, wqkv, wo, wcq, wco, w1, b1, w2, b2, K, V, pos,
+                Km, Vm, keep, h, post_norm, has_cross, eps, qkv, a, hn, f, scores, num_threads):
+    """The kernel contract's block_layer (see block_layer.py): one call of the compiled block, its
+    operands' shapes checked against each other first (as kernels/layer_step.pyx checks them: all
+    that keeps the kernel within its arrays; without has_cross, wcq, wco, Km, Vm, keep and the
+    lnc norm are only checked for their type, never read). What it only reads goes in read-only,
+    and K and V also as read-only views of themselves (what the attention reads): one compiled
+    signature."""
+    read = [np.asarray(v) for v in (ln1_g, ln1_b, lnc_g, lnc_b, ln2_g, ln2_b, wqkv, wo, wcq, wco, w1, b1, w2,
+                                     b2, Km, Vm, keep)]
+    ln1_g, ln1_b, lnc_g, lnc_b, ln2_g, ln2_b, wqkv, wo, wcq, wco, w1, b1, w2, b2, Km, Vm, keep = read
+    pos, h, post_norm, has_cross = int(pos), int(h), bool(post_norm), bool(has_cross)
+    ndims = (1,) * 6 + (2,) * 5 + (1, 2, 1, 2, 2)  # the norms; wqkv, wo, wcq, wco, w1; b1, w2, b2, Km, Vm
+    _check_arrays("block_layer", tuple((v, _F32, n) for v, n in zip(read[:16], ndims)) + ((keep, _U8, 1),),
+                  ((x, _F32, 1), (K, _F32, 2), (V, _F32, 2), (qkv, _F32, 1), (a, _F32, 1), (hn, _F32, 1),
+                   (f, _F32, 1), (scores, _F32, 2)))
+    d, cap, dff = x.shape[0], K.shape[0], w1.shape[1]
+    nsrc = Km.shape[0] if has_cross else 0
+    if h <= 0 or d <= 0 or d % h or dff <= 0:
+        raise ValueError(f"block_layer: {h} heads do not divide d = {d}, or d_ff = {dff}")
+    dense = [(wqkv, None, d, 3 * d, "wqkv"), (wo, None, d, d, "wo"), (w1, b1, d, dff, "w1"),
+             (w2, b2, dff, d, "w2")]
+    if has_cross:
+        dense += [(wcq, None, d, d, "wcq"), (wco, None, d, d, "wco")]
+    for w, b, k, n, name in dense:
+        if w.shape != (k, n) or (b is not None and b.shape != (n,)):
+            raise ValueError(f"block_layer: {name} has shape {w.shape}, the layer needs ({k}, {n})"
+                             + (f" and a bias of {n}" if b is not None else ""))
+    if has_cross and (nsrc <= 0 or Km.shape != (nsrc, d) or Vm.shape != (nsrc, d) or keep.shape != (nsrc,)
+                      or lnc_g.shape != (d,) or lnc_b.shape != (d,)):
+        raise ValueError(f"block_layer: memory keys {Km.shape}, values {Vm.shape}, mask {keep.shape} or the "
+                         f"cross norm do not fit d = {d}")
+    if K.shape != (cap, d) or V.shape != (cap, d) or not 0 <= pos < cap:
+        raise ValueError(f"block_layer: K {K.shape}, V {V.shape}, position {pos}")
+    if (any(g.shape != (d,) for g in (ln1_g, ln1_b, ln2_g, ln2_b)) or qkv.shape[0] < 3 * d or a.shape[0] < d
+            or hn.shape[0] < max(d, dff) or f.shape[0] < dff or scores.shape[0] < h
+            or scores.shape[1] < max(cap, nsrc)):
+        raise ValueError("block_layer: a norm or a scratch buffer has the wrong size")
+    nthreads = _use_threads(num_threads)
+    ro = _read_only
+    _block_layer.block_layer(x, *map(ro, read[:14]), K, V, ro(K), ro(V), pos, ro(Km), ro(Vm), ro(keep), h,
+                             post_norm, has_cross, float(eps), qkv, a, hn, f, scores, nthreads)
+
+
 _F32, _U8 = np.dtype(np.float32), np.dtype(np.uint8)
 _BYTES = _linear_q.BLOCK_BYTES
 
@@ -258,8 +304,8 @@ def _check_arrays(op, read, written):
     reshape of a strided view inside the kernel."""
     for v, dtype, ndim in read + written:
         if type(v) is not np.ndarray or v.dtype != dtype or v.ndim != ndim or not v.flags.c_contiguous:
-            raise ValueError(f"{op}: the operands must be C-contiguous ndarrays (the blocks uint8, the "
-                             f"others float32), {ndim}-D here; got {type(v).__name__} "
+            raise ValueError(f"{op}: the operands must be C-contiguous ndarrays (the blocks and masks uint8, "
+                             f"the others float32), {ndim}-D here; got {type(v).__name__} "
                              f"{getattr(v, 'dtype', '')} {getattr(v, 'shape', '')}")
     for v, _, _ in written:
         if not v.flags.writeable:

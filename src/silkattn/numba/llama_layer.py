@@ -14,7 +14,8 @@ overwritten). The products' operands are passed read-only (driver.llama_layer ad
 of x, a and hn), so linear_q_rows runs at the signature that driver.linear_q compiles, and a first
 compilation here reuses its compiled code instead of compiling it (three block types) again.
 The norms are rms_norm_rows's arithmetic, the rotary rope_rows's (no FMA contraction), the gate
-silu_mul's; the attention (parallel over the query heads) is this file's own.
+silu_mul's; the attention (parallel over the query heads) is this file's own, block_layer.py's too
+(_attend: any head and row strides, an optional keep mask).
 
 Numba's on-disk cache only tracks the file a function is defined in: after editing linear_q.py,
 silu_mul.py or _simd.py, delete src/silkattn/numba/__pycache__/*.nb[ic] or llama_layer may load
@@ -113,25 +114,26 @@ def _rope(qkv, heads, dh, cos, sin):
 
 
 @numba.njit(nogil=True, cache=CACHE, fastmath=FASTMATH)
-def _head(qkv, qo, kf, vf, ko, dh, n, sf, so, a, ao, scale, buf):
+def _head(qkv, qo, kf, vf, ko, ld, dh, n, keep, masked, sf, so, a, ao, scale, buf):
     """One query head (qkv[qo : qo + dh]) over the n rows of its K/V head (kf and vf from element ko,
-    rows dh apart): sf[so + t] = exp(q . K_t scale - max) for t < n, a[ao : ao + dh] = sum_t
-    sf[so + t] V_t / sum_t sf[so + t]. The scores four keys at a time, two registers of d_head a
-    step in eight partial sums, the four keys' summed at once (vsum4); exp a register at a time
-    (vexp; the last, partial register through buf, its padding -inf, so exp 0); the weighted sum of
-    V two registers of d_head at a time over four keys a step (eight partial sums). The part of
-    d_head that is not a whole register, one value at a time. A function of its own, not prange's
-    body: the register's lanes are a constant here."""
+    rows ld apart): sf[so + t] = exp(s_t - max) for t < n, s_t = q . K_t scale, or exactly -1e9 where
+    masked and keep[t] == 0 (the reference's hidden key: a row with every key hidden averages them
+    all); a[ao : ao + dh] = sum_t sf[so + t] V_t / sum_t sf[so + t]. The scores four keys at a time,
+    two registers of d_head a step in eight partial sums, the four keys' summed at once (vsum4); exp
+    a register at a time (vexp; the last, partial register through buf, its padding -inf, so exp 0);
+    the weighted sum of V two registers of d_head at a time over four keys a step (eight partial
+    sums). The part of d_head that is not a whole register, one value at a time. A function of its
+    own, not prange's body: the register's lanes are a constant here."""
     W = vwidth(qkv)
     dv = dh - dh % W
     d2 = dv - dv % (2 * W)  # the registers of d_head taken in pairs
     zero = vsplat(qkv, 0)
     t = 0
     while t + 4 <= n:
-        k0 = ko + t * dh
-        k1 = k0 + dh
-        k2 = k1 + dh
-        k3 = k2 + dh
+        k0 = ko + t * ld
+        k1 = k0 + ld
+        k2 = k1 + ld
+        k3 = k2 + ld
         s0, s1, s2, s3 = zero, zero, zero, zero
         u0, u1, u2, u3 = zero, zero, zero, zero
         for c in range(0, d2, 2 * W):
@@ -155,11 +157,11 @@ def _head(qkv, qo, kf, vf, ko, dh, n, sf, so, a, ao, scale, buf):
         for u in range(4):
             y = vget(s, u)
             for c in range(dv, dh):
-                y += qkv[qo + c] * kf[k0 + u * dh + c]
+                y += qkv[qo + c] * kf[k0 + u * ld + c]
             sf[so + t + u] = y * scale
         t += 4
     while t < n:
-        k0 = ko + t * dh
+        k0 = ko + t * ld
         s0 = zero
         for c in range(0, dv, W):
             s0 = vfma(vload(qkv, qo + c), vload(kf, k0 + c), s0)
@@ -168,6 +170,10 @@ def _head(qkv, qo, kf, vf, ko, dh, n, sf, so, a, ao, scale, buf):
             y += qkv[qo + c] * kf[k0 + c]
         sf[so + t] = y * scale
         t += 1
+    if masked:
+        for t in range(n):
+            if keep[t] == 0:
+                sf[so + t] = -1e9
     nv = n - n % W
     for u in range(W):  # the scores' last partial register, padded with -inf
         buf[u] = sf[so + nv + u] if nv + u < n else -np.inf
@@ -191,62 +197,60 @@ def _head(qkv, qo, kf, vf, ko, dh, n, sf, so, a, ao, scale, buf):
         t = 0
         if two:
             while t + 4 <= n:
-                v0 = ko + t * dh + c
+                v0 = ko + t * ld + c
                 p0, p1 = vbcast(sf, so + t), vbcast(sf, so + t + 1)
                 p2, p3 = vbcast(sf, so + t + 2), vbcast(sf, so + t + 3)
                 a0 = vfma(p0, vload(vf, v0), a0)
                 b0 = vfma(p0, vload(vf, v0 + W), b0)
-                a1 = vfma(p1, vload(vf, v0 + dh), a1)
-                b1 = vfma(p1, vload(vf, v0 + dh + W), b1)
-                a2 = vfma(p2, vload(vf, v0 + 2 * dh), a2)
-                b2 = vfma(p2, vload(vf, v0 + 2 * dh + W), b2)
-                a3 = vfma(p3, vload(vf, v0 + 3 * dh), a3)
-                b3 = vfma(p3, vload(vf, v0 + 3 * dh + W), b3)
+                a1 = vfma(p1, vload(vf, v0 + ld), a1)
+                b1 = vfma(p1, vload(vf, v0 + ld + W), b1)
+                a2 = vfma(p2, vload(vf, v0 + 2 * ld), a2)
+                b2 = vfma(p2, vload(vf, v0 + 2 * ld + W), b2)
+                a3 = vfma(p3, vload(vf, v0 + 3 * ld), a3)
+                b3 = vfma(p3, vload(vf, v0 + 3 * ld + W), b3)
                 t += 4
             while t < n:
                 p0 = vbcast(sf, so + t)
-                a0 = vfma(p0, vload(vf, ko + t * dh + c), a0)
-                b0 = vfma(p0, vload(vf, ko + t * dh + c + W), b0)
+                a0 = vfma(p0, vload(vf, ko + t * ld + c), a0)
+                b0 = vfma(p0, vload(vf, ko + t * ld + c + W), b0)
                 t += 1
             vstore(a, ao + c + W, vmul(vadd(vadd(b0, b1), vadd(b2, b3)), inv))
         else:
             while t + 4 <= n:
-                v0 = ko + t * dh + c
+                v0 = ko + t * ld + c
                 a0 = vfma(vbcast(sf, so + t), vload(vf, v0), a0)
-                a1 = vfma(vbcast(sf, so + t + 1), vload(vf, v0 + dh), a1)
-                a2 = vfma(vbcast(sf, so + t + 2), vload(vf, v0 + 2 * dh), a2)
-                a3 = vfma(vbcast(sf, so + t + 3), vload(vf, v0 + 3 * dh), a3)
+                a1 = vfma(vbcast(sf, so + t + 1), vload(vf, v0 + ld), a1)
+                a2 = vfma(vbcast(sf, so + t + 2), vload(vf, v0 + 2 * ld), a2)
+                a3 = vfma(vbcast(sf, so + t + 3), vload(vf, v0 + 3 * ld), a3)
                 t += 4
             while t < n:
-                a0 = vfma(vbcast(sf, so + t), vload(vf, ko + t * dh + c), a0)
+                a0 = vfma(vbcast(sf, so + t), vload(vf, ko + t * ld + c), a0)
                 t += 1
         vstore(a, ao + c, vmul(vadd(vadd(a0, a1), vadd(a2, a3)), inv))
     r = vget(inv, 0)
     for c in range(dv, dh):
         y = np.float32(0)
         for t in range(n):
-            y += sf[so + t] * vf[ko + t * dh + c]
+            y += sf[so + t] * vf[ko + t * ld + c]
         a[ao + c] = y * r
 
 
 @numba.njit(parallel=True, nogil=True, cache=CACHE, fastmath=FASTMATH)
-def _attend(qkv, K, V, pos, h, scores, a, nthreads):
-    """a[j dh : (j + 1) dh] = softmax_t(q_j . K[g, t] / sqrt(dh)) V[g] over t <= pos for each query
-    head j (q_j = qkv[j dh : (j + 1) dh]) and its K/V head g = j // (h / h_kv); scores (h, capacity)
-    a head's row of exp. One block of heads a thread, each with its buffer."""
-    h_kv, cap, dh = K.shape
-    group = h // h_kv
+def _attend(qkv, kf, vf, head_stride, ld, dh, n, h, group, keep, masked, scores, a, nthreads):
+    """a[j dh : (j + 1) dh] = softmax_t(q_j . K_g[t] / sqrt(dh)) V_g over t < n for each query head j
+    (q_j = qkv[j dh : (j + 1) dh]) and its K/V head g = j // group: K_g[t] = kf[g head_stride + t ld:]
+    [:dh], V_g[t] likewise in vf (a Llama cache (h_kv, capacity, dh): head_stride capacity dh, ld dh;
+    the listing's (capacity, d), heads side by side: head_stride dh, ld d). keep, masked: _head's.
+    scores (h, >= n): a head's row of exp. One block of heads a thread, each with its buffer."""
     ls = scores.shape[1]
     scale = np.float32(1 / math.sqrt(dh))
-    kf = K.reshape(-1)
-    vf = V.reshape(-1)
     sf = scores.reshape(-1)
     buf_all = np.empty((nthreads, vwidth(qkv)), qkv.dtype)
     for p in prange(nthreads):
         buf = buf_all[p]
         for j in range(p * h // nthreads, (p + 1) * h // nthreads):
-            _head(qkv, j * dh, kf, vf, (j // group) * cap * dh, dh, pos + 1, sf, j * ls, a, j * dh, scale,
-                  buf)
+            _head(qkv, j * dh, kf, vf, (j // group) * head_stride, ld, dh, n, keep, masked, sf, j * ls, a,
+                  j * dh, scale, buf)
 
 
 @numba.njit(nogil=True, cache=CACHE, fastmath=FASTMATH)
@@ -286,7 +290,8 @@ def llama_layer(x, xr, attn_norm, ffn_norm, wqkv, kqkv, wo, ko, wgu, kgu, wd, kd
         for i in range(dh):
             K[g, pos, i] = qkv[(h + g) * dh + i]
             V[g, pos, i] = qkv[(h + h_kv + g) * dh + i]
-    _attend(qkv, K, V, pos, h, scores, a, nthreads)
+    _attend(qkv, K.reshape(-1), V.reshape(-1), cap * dh, dh, dh, pos + 1, h, h // h_kv, np.empty(0, np.uint8),
+            none, scores, a, nthreads)
     linear_q_rows(ar[:h * dh].reshape(1, h * dh), wo, ko, xr, bias, x.reshape(1, d), nthreads)
     _rms_norm(x, ffn_norm, eps, hn)
     linear_q_rows(hnr[:d].reshape(1, d), wgu, kgu, xr, none, gu[:2 * dff].reshape(1, 2 * dff), nthreads)

@@ -1,0 +1,172 @@
+/* One decoder layer for one token (a decoding step) in one call, on one OpenMP team: a step of N
+ * layers is N calls instead of a dozen op calls a layer with their Python bookkeeping. One runner
+ * for both kinds of layer silkattn's models have:
+ *   the Llama family: pre-norm, RMSNorm, rotary Q and K, grouped-query attention, SwiGLU, no biases,
+ *     the weights as GGUF blocks;
+ *   the listing's block (the seed's decoder, the encoder-decoder's decoder): LayerNorm pre- or
+ *     post-norm, multi-head attention, optional cross-attention over the encoder's keys, ReLU
+ *     feed-forward with biases, float32 (in, out) weights.
+ * The stages are the row kernels of the unfused ops (the same arithmetic), each shared out over
+ * the threads as those ops share it, with a barrier between stages. */
+#include "isa.h"
+#include <math.h>
+#define SA_TEMPLATE "tmpl_layer_step.h"
+#include "instances.h"
+
+#define SA_DENSE (-1)  /* a matrix's kind: float32 (k, n) row-major; else a GGUF block type (SA_Q8_0, ...) */
+
+typedef struct {       /* one product's weights: out = in W (+ b) */
+    const void *w;     /* SA_DENSE: (k, n) floats; blocks: W^T as (n, k / 32 * bytes), as linear_q's */
+    int kind;
+    int64_t k, n;
+    const float *b;    /* (n,) or NULL */
+} sa_matrix;
+
+typedef struct {       /* a sublayer's norm: RMSNorm if b is NULL, else LayerNorm */
+    const float *g, *b;
+} sa_norm;
+
+typedef struct {
+    float *x;                      /* (d,) the residual stream, updated in place */
+    int64_t d, h, h_kv, dh;        /* width, query heads, K/V heads, head width */
+    int post_norm;                 /* 0: x += f(norm(x)); 1: x = norm(x + f(x)) */
+    float eps;
+    sa_norm norm1, norm_cross, norm2;
+    sa_matrix qkv, o, cross_q, cross_o, up, down;  /* cross_q.w NULL: no cross-attention */
+    int swiglu;                    /* up is gate | up (2 d_ff): silu(g) u; else relu(in up + b) */
+    float *K, *V;                  /* the layer's cache: K/V head g's row t at K + g head_stride + t row_stride */
+    int64_t head_stride, row_stride, pos;
+    const float *cos, *sin;        /* (dh / 2,) the rotary row of position pos, or NULL: no rotary */
+    const float *Km, *Vm;          /* cross-attention's keys and values: (n_src, d), heads side by side */
+    const uint8_t *keep;           /* (n_src,): 0 at padded source tokens, or NULL */
+    int64_t n_src;
+    float *qkv_out, *a, *hn, *f, *scores;  /* scratch: ((h + 2 h_kv) dh,), (h dh,), (max(d, d_ff),),
+                                              (2 d_ff,), (h, ld_scores) */
+    int64_t ld_scores;
+    float *xs;                     /* scratch: a product's block sums, max k / 32 padded to SA_QCH */
+} sa_layer;
+
+#define SA_LAYER_ROWS 16  /* outputs of a quantized product per task, as linear_q.pyx's ROWS_PER_TASK */
+
+/* y = (r +) act(in W + b) over the team (act: relu or none); the caller's barrier before */
+static inline void sa_layer_product(int isa, const sa_matrix *W, const float *in, float *xs, const float *r,
+                                    int relu, float *y) {
+    const int64_t k = W->k, n = W->n;
+    if (W->kind == SA_DENSE) {
+        const int64_t tasks = (n + 127) / 128;  /* 128 columns a task: a multiple of every copy's SA_COLS */
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int64_t t = 0; t < tasks; t++)
+            SA_PICK(sa_dense_cols_f32, isa)(in, k, (const float *)W->w, n, W->b, r, relu, t * 128,
+                                            t * 128 + 128 < n ? t * 128 + 128 : n, y);
+        return;
+    }
+    const int64_t ldw = k / 32 * SA_QBYTES(W->kind), tasks = (n + SA_LAYER_ROWS - 1) / SA_LAYER_ROWS;
+#ifdef _OPENMP
+#pragma omp single
+#endif
+    if (W->kind != SA_Q8_0) {
+        const int64_t nbp = (k / 32 + SA_QCH - 1) / SA_QCH * SA_QCH;
+        for (int64_t i = 0; i < nbp; i++) xs[i] = 0;
+        SA_PICK(sa_linear_q_xsum_f32, isa)(in, k, 1, xs);
+    }
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+    for (int64_t t = 0; t < tasks; t++) {  /* blocks take no bias beyond r (the Llama family has none) */
+        const int64_t j0 = t * SA_LAYER_ROWS, j1 = j0 + SA_LAYER_ROWS < n ? j0 + SA_LAYER_ROWS : n;
+        SA_PICK(sa_linear_q_rows_f32, isa)(W->kind, in, k, 1, (const uint8_t *)W->w, ldw, n, xs, r, j0, j1, y, n);
+    }
+}
+
+static inline void sa_layer_norm(int isa, const sa_norm *N, const float *x, float eps, float *out, int64_t d) {
+    if (N->b)
+        SA_PICK(sa_layer_norm_row_f32, isa)(x, N->g, N->b, eps, out, d);
+    else
+        SA_PICK(sa_rms_norm_row_f32, isa)(x, N->g, eps, out, d);
+}
+
+/* One attention sublayer: in is its input row (norm(x), or x post-norm); qkv_out: the projection's
+ * output, Q heads then (self-attention) K and V heads; afterwards x is updated (residual, norm). */
+static inline void sa_layer_attention(int isa, const sa_layer *L, const sa_norm *N, const sa_matrix *Wq,
+                                      const sa_matrix *Wo, int cross) {
+    const int64_t h = L->h, hkv = L->h_kv, dh = L->dh, d = L->d, group = h / hkv;
+    const float scale = 1 / sqrtf((float)dh);
+    const float *in = L->x;
+    if (!L->post_norm) {
+#ifdef _OPENMP
+#pragma omp single
+#endif
+        sa_layer_norm(isa, N, L->x, L->eps, L->hn, d);
+        in = L->hn;
+    }
+    sa_layer_product(isa, Wq, in, L->xs, NULL, 0, L->qkv_out);
+    if (!cross) {
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int64_t u = 0; u < h + 2 * hkv; u++) {  /* Q heads, K heads, V heads */
+            float *head = L->qkv_out + u * dh;
+            if (u < h + hkv && L->cos) SA_PICK(sa_rope_row_f32, isa)(head, L->cos, L->sin, head, dh / 2);
+            if (u >= h) {
+                const int64_t g = u < h + hkv ? u - h : u - h - hkv;
+                float *row = (u < h + hkv ? L->K : L->V) + g * L->head_stride + L->pos * L->row_stride;
+                for (int64_t j = 0; j < dh; j++) row[j] = head[j];
+            }
+        }
+    }
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+    for (int64_t u = 0; u < h; u++) {
+        const int64_t g = u / group;
+        const float *K = cross ? L->Km + g * dh : L->K + g * L->head_stride;
+        const float *V = cross ? L->Vm + g * dh : L->V + g * L->head_stride;
+        SA_PICK(sa_decode_head_f32, isa)(L->qkv_out + u * dh, K, V, cross ? d : L->row_stride,
+                                         cross ? L->n_src : L->pos + 1, dh, scale, cross ? L->keep : NULL,
+                                         L->scores + u * L->ld_scores, L->a + u * dh);
+    }
+    sa_layer_product(isa, Wo, L->a, L->xs, L->x, 0, L->x);
+    if (L->post_norm) {
+#ifdef _OPENMP
+#pragma omp single
+#endif
+        sa_layer_norm(isa, N, L->x, L->eps, L->x, d);
+    }
+}
+
+static void sa_layer_run(int isa, const sa_layer *L, int num_threads) {
+    (void)num_threads;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(num_threads)
+#endif
+    {
+        const int64_t d = L->d, dff = L->down.k;
+        sa_layer_attention(isa, L, &L->norm1, &L->qkv, &L->o, 0);
+        if (L->cross_q.w) sa_layer_attention(isa, L, &L->norm_cross, &L->cross_q, &L->cross_o, 1);
+        const float *in = L->x;
+        if (!L->post_norm) {
+#ifdef _OPENMP
+#pragma omp single
+#endif
+            sa_layer_norm(isa, &L->norm2, L->x, L->eps, L->hn, d);
+            in = L->hn;
+        }
+        /* the hidden row: silu(g) u into hn (up's output, gate | up, in f), or relu(in up + b) in f */
+        sa_layer_product(isa, &L->up, in, L->xs, NULL, !L->swiglu, L->f);
+        if (L->swiglu) {
+#ifdef _OPENMP
+#pragma omp single
+#endif
+            SA_PICK(sa_silu_mul_row_f32, isa)(L->f, L->f + dff, L->hn, dff);
+        }
+        sa_layer_product(isa, &L->down, L->swiglu ? L->hn : L->f, L->xs, L->x, 0, L->x);
+        if (L->post_norm) {
+#ifdef _OPENMP
+#pragma omp single
+#endif
+            sa_layer_norm(isa, &L->norm2, L->x, L->eps, L->x, d);
+        }
+    }
+}
