@@ -10,6 +10,9 @@
  * the threads as those ops share it, with a barrier between stages. */
 #include "isa.h"
 #include <math.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #define SA_TEMPLATE "tmpl_layer_step.h"
 #include "instances.h"
 
@@ -44,22 +47,34 @@ typedef struct {
                                               (2 d_ff,), (h, ld_scores) */
     int64_t ld_scores;
     float *xs;                     /* scratch: a product's block sums, max k / 32 padded to SA_QCH */
+    float *parts;                  /* scratch: the threads' partial float32 products, num_threads x max n */
 } sa_layer;
 
 #define SA_LAYER_ROWS 16  /* outputs of a quantized product per task, as linear_q.pyx's ROWS_PER_TASK */
 
-/* y = (r +) act(in W + b) over the team (act: relu or none); the caller's barrier before */
-static inline void sa_layer_product(int isa, const sa_matrix *W, const float *in, float *xs, const float *r,
-                                    int relu, float *y) {
+/* y = (r +) act(in W + b) over the team (act: relu or none); the caller's barrier before; xs and
+ * parts: scratch for the block sums (blocks) and the threads' partial products (float32) */
+static inline void sa_layer_product(int isa, const sa_matrix *W, const float *in, float *xs, float *parts,
+                                    const float *r, int relu, float *y) {
     const int64_t k = W->k, n = W->n;
     if (W->kind == SA_DENSE) {
-        const int64_t tasks = (n + 127) / 128;  /* 128 columns a task: a multiple of every copy's SA_COLS */
+        /* each thread a contiguous share of W's rows, streamed forward (a block of columns down all
+         * the rows would jump a row's length at every step: a page apart, past the prefetchers),
+         * into partial sums of its own; then the threads add them up by columns */
 #ifdef _OPENMP
+        const int T = omp_get_num_threads(), t = omp_get_thread_num();
+#else
+        const int T = 1, t = 0;
+#endif
+        float *part = parts + t * n;
+        for (int64_t j = 0; j < n; j++) part[j] = 0;
+        SA_PICK(sa_linear_rows_f32, isa)(in, k, 1, (const float *)W->w, n, t * k / T, (t + 1) * k / T, part);
+#ifdef _OPENMP
+#pragma omp barrier
 #pragma omp for schedule(static)
 #endif
-        for (int64_t t = 0; t < tasks; t++)
-            SA_PICK(sa_dense_cols_f32, isa)(in, k, (const float *)W->w, n, W->b, r, relu, t * 128,
-                                            t * 128 + 128 < n ? t * 128 + 128 : n, y);
+        for (int64_t j0 = 0; j0 < n; j0 += 256)
+            SA_PICK(sa_sum_parts_f32, isa)(parts, T, n, W->b, r, relu, j0, j0 + 256 < n ? j0 + 256 : n, y);
         return;
     }
     const int64_t ldw = k / 32 * SA_QBYTES(W->kind), tasks = (n + SA_LAYER_ROWS - 1) / SA_LAYER_ROWS;
@@ -101,7 +116,7 @@ static inline void sa_layer_attention(int isa, const sa_layer *L, const sa_norm 
         sa_layer_norm(isa, N, L->x, L->eps, L->hn, d);
         in = L->hn;
     }
-    sa_layer_product(isa, Wq, in, L->xs, NULL, 0, L->qkv_out);
+    sa_layer_product(isa, Wq, in, L->xs, L->parts, NULL, 0, L->qkv_out);
     if (!cross) {
 #ifdef _OPENMP
 #pragma omp for schedule(static)
@@ -127,7 +142,7 @@ static inline void sa_layer_attention(int isa, const sa_layer *L, const sa_norm 
                                          cross ? L->n_src : L->pos + 1, dh, scale, cross ? L->keep : NULL,
                                          L->scores + u * L->ld_scores, L->a + u * dh);
     }
-    sa_layer_product(isa, Wo, L->a, L->xs, L->x, 0, L->x);
+    sa_layer_product(isa, Wo, L->a, L->xs, L->parts, L->x, 0, L->x);
     if (L->post_norm) {
 #ifdef _OPENMP
 #pragma omp single
@@ -154,14 +169,14 @@ static void sa_layer_run(int isa, const sa_layer *L, int num_threads) {
             in = L->hn;
         }
         /* the hidden row: silu(g) u into hn (up's output, gate | up, in f), or relu(in up + b) in f */
-        sa_layer_product(isa, &L->up, in, L->xs, NULL, !L->swiglu, L->f);
+        sa_layer_product(isa, &L->up, in, L->xs, L->parts, NULL, !L->swiglu, L->f);
         if (L->swiglu) {
 #ifdef _OPENMP
 #pragma omp single
 #endif
             SA_PICK(sa_silu_mul_row_f32, isa)(L->f, L->f + dff, L->hn, dff);
         }
-        sa_layer_product(isa, &L->down, L->swiglu ? L->hn : L->f, L->xs, L->x, 0, L->x);
+        sa_layer_product(isa, &L->down, L->swiglu ? L->hn : L->f, L->xs, L->parts, L->x, 0, L->x);
         if (L->post_norm) {
 #ifdef _OPENMP
 #pragma omp single

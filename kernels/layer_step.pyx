@@ -43,6 +43,7 @@ cdef extern from "layer_step.h" nogil:
         float *scores
         int64_t ld_scores
         float *xs
+        float *parts
     void sa_layer_run(int isa, const sa_layer *L, int num_threads)
 
 
@@ -64,14 +65,19 @@ cdef sa_matrix _dense(const float[:, ::1] w, const float[::1] b, Py_ssize_t k, P
     return m
 
 
-cdef int _run(sa_layer *L, Py_ssize_t kmax, int num_threads) except -1:
-    """The scratch for the block sums, then the runner (without the GIL)."""
+cdef int _run(sa_layer *L, Py_ssize_t kmax, Py_ssize_t nmax, int num_threads) except -1:
+    """The scratch for the block sums and the threads' partial products, then the runner (without
+    the GIL)."""
     L.xs = <float *>sa_alloc((kmax // 32 + SA_QCH) * sizeof(float))
-    if L.xs == NULL:
+    L.parts = <float *>sa_alloc(max(1, num_threads) * nmax * sizeof(float))
+    if L.xs == NULL or L.parts == NULL:
+        free(L.xs)
+        free(L.parts)
         raise MemoryError("a layer step could not allocate its scratch")
     with nogil:
         sa_layer_run(ISA, L, num_threads)
     free(L.xs)
+    free(L.parts)
     return 0
 
 
@@ -104,7 +110,7 @@ def llama_layer(float[::1] x, const float[::1] attn_norm, const float[::1] ffn_n
     L.K, L.V, L.head_stride, L.row_stride, L.pos = &K[0, 0, 0], &V[0, 0, 0], cap * dh, dh, pos
     L.cos, L.sin = &cos[0], &sin[0]
     L.qkv_out, L.a, L.hn, L.f, L.scores, L.ld_scores = &qkv[0], &a[0], &hn[0], &gu[0], &scores[0, 0], scores.shape[1]
-    _run(&L, max(d, h * dh, dff), num_threads)
+    _run(&L, max(d, h * dh, dff), 1, num_threads)  # no float32 products: no partials
 
 
 def block_layer(float[::1] x, const float[::1] ln1_g, const float[::1] ln1_b, const float[::1] lnc_g,
@@ -146,4 +152,4 @@ def block_layer(float[::1] x, const float[::1] ln1_g, const float[::1] ln1_b, co
     L.K, L.V, L.head_stride, L.row_stride, L.pos = &K[0, 0], &V[0, 0], dh, d, pos
     L.cos, L.sin = NULL, NULL
     L.qkv_out, L.a, L.hn, L.f, L.scores, L.ld_scores = &qkv[0], &a[0], &hn[0], &f[0], &scores[0, 0], scores.shape[1]
-    _run(&L, max(d, dff), num_threads)
+    _run(&L, max(d, dff), max(3 * d, dff), num_threads)

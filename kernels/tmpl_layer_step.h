@@ -1,5 +1,5 @@
 /* The pieces of a decoder layer's step for one token that the other templates lack: attention of one
- * query row over cached keys, and a product with a float32 (k, n) matrix by column blocks. Template:
+ * query row over cached keys, and the sum of a float32 product's partial results. Template:
  * see instances.h; float only, as linear_q. The step's other stages are those templates' row
  * kernels (rms_norm, layer_norm, silu_mul, linear_q, rope), instantiated here too so that one call
  * runs them all (layer_step.h). */
@@ -7,6 +7,7 @@
 #include "tmpl_layer_norm.h"
 #include "tmpl_silu_mul.h"
 #include "tmpl_linear_q.h"
+#include "tmpl_linear.h"
 /* rope without FMA contraction, as its own module is built (tmpl_rope.h says why) */
 #pragma GCC push_options
 #pragma GCC optimize("fp-contract=off")
@@ -56,40 +57,24 @@ static void SA_FN(sa_decode_head)(const SA_T *q, const SA_T *K, const SA_T *V, i
     for (int64_t j = 0; j < dh; j++) out[j] *= inv;
 }
 
-#define SA_COLS (8 * SA_VL)  /* a column block: 8 accumulators, enough FMAs in flight to hide their latency */
-
-/* y[j] = (r[j] +) (b[j] +) x . w[:, j] for j0 <= j < j1, w (k, n) row-major (a float32 (in, out)
- * matrix, read in place: a block of columns down all k rows); relu: max(0, .) of it (before r is
- * added: the feed-forward's hidden layer has no r). r and b may be NULL; r may be y (a residual
- * add in place: each y[j] is read before it is written). */
-static void SA_FN(sa_dense_cols)(const SA_T *x, int64_t k, const SA_T *w, int64_t n, const SA_T *b, const SA_T *r,
-                                 int relu, int64_t j0, int64_t j1, SA_T *y) {
+/* y[j] = (r[j] +) act(b[j] + sum_t parts[t n + j]) for j0 <= j < j1: the T threads' partial products
+ * (each x . w over its share of w's rows, sa_linear_rows) added up; act: max(0, .) if relu (NaN stays
+ * NaN); r and b may be NULL; r may be y (a residual add in place: each y[j] is read, then written). */
+static void SA_FN(sa_sum_parts)(const SA_T *parts, int T, int64_t n, const SA_T *b, const SA_T *r, int relu,
+                                int64_t j0, int64_t j1, SA_T *y) {
     int64_t j = j0;
-    for (; j + SA_COLS <= j1; j += SA_COLS) {
-        VEC acc[8];
-#pragma GCC unroll 8
-        for (int u = 0; u < 8; u++) acc[u] = SA_FN(splat)(0);
-        for (int64_t i = 0; i < k; i++) {
-            const VEC xi = SA_FN(splat)(x[i]);
-            const SA_T *wi = w + i * n + j;
-#pragma GCC unroll 8
-            for (int u = 0; u < 8; u++) acc[u] += xi * LOAD(wi + u * SA_VL);
-        }
-#pragma GCC unroll 8
-        for (int u = 0; u < 8; u++) {
-            VEC v = acc[u];
-            if (b) v += LOAD(b + j + u * SA_VL);
-            if (relu) v = SA_FN(select)(v < SA_FN(splat)(0), SA_FN(splat)(0), v);  /* NaN stays NaN */
-            if (r) v += LOAD(r + j + u * SA_VL);
-            STORE(y + j + u * SA_VL, v);
-        }
+    for (; j + SA_VL <= j1; j += SA_VL) {
+        VEC v = b ? LOAD(b + j) : SA_FN(splat)(0);
+        for (int t = 0; t < T; t++) v += LOAD(parts + t * n + j);
+        if (relu) v = SA_FN(select)(v < SA_FN(splat)(0), SA_FN(splat)(0), v);
+        if (r) v += LOAD(r + j);
+        STORE(y + j, v);
     }
     for (; j < j1; j++) {
-        SA_T acc = 0;
-        for (int64_t i = 0; i < k; i++) acc += x[i] * w[i * n + j];
-        if (b) acc += b[j];
-        if (relu) acc = acc < 0 ? 0 : acc;
-        y[j] = (r ? r[j] : 0) + acc;
+        SA_T v = b ? b[j] : 0;
+        for (int t = 0; t < T; t++) v += parts[t * n + j];
+        if (relu) v = v < 0 ? 0 : v;
+        y[j] = (r ? r[j] : 0) + v;
     }
 }
 
