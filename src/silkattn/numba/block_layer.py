@@ -12,16 +12,19 @@ x += f(layer_norm(x)), or x = layer_norm(x + f(x)) post-norm:
         f = a W_co;  its own norm (lnc)
     feed-forward: f = relu(. W_1 + b_1) W_2 + b_2
 
-The products are _dense: x (k,) times a float32 (k, n) row-major W read in place, parallel over
-blocks of columns (eight registers of columns down all k rows, as kernels' sa_dense_cols), the
-bias, ReLU and residual add applied as each output is stored (each x[j] read just before it is
-overwritten, so x may be the residual and the output). The norms are layer_norm_rows's arithmetic
-for one row (its shift by x[0], corrected two-pass variance), the attention llama_layer.py's
-_attend with the cache's head and row strides and the keep mask.
+The products are _dense: x (k,) times a float32 (k, n) row-major W read in place, each thread
+streaming a contiguous share of W's rows forward into a partial result of its own (linear.py's
+linear_rows for one row: four rows of W a pass over the partial row), then the threads adding the
+partials up by columns, the bias, ReLU and residual add applied as each output is stored (each
+x[j] read just before it is overwritten, so x may be the residual and the output): the order of
+kernels/layer_step.h's sa_layer_product. (A block of columns down all k rows would jump a row's
+length, a page apart, at every step: past the hardware prefetchers.) The norms are
+layer_norm_rows's arithmetic for one row (its shift by x[0], corrected two-pass variance), the
+attention llama_layer.py's _attend with the cache's head and row strides and the keep mask.
 
-Numba's on-disk cache only tracks the file a function is defined in: after editing llama_layer.py
-or _simd.py, delete src/silkattn/numba/__pycache__/*.nb[ic] or block_layer may load stale machine
-code.
+Numba's on-disk cache only tracks the file a function is defined in: after editing llama_layer.py,
+linear.py or _simd.py, delete src/silkattn/numba/__pycache__/*.nb[ic] or block_layer may load stale
+machine code.
 """
 import math
 
@@ -30,6 +33,7 @@ import numpy as np
 from numba import prange
 
 from ._simd import CACHE, FASTMATH, hsum, vadd, vfma, vload, vmax, vmul, vsplat, vstore, vsub, vwidth
+from .linear import linear_rows
 from .llama_layer import _attend
 
 
@@ -117,59 +121,27 @@ def _layer_norm(x, g, b, eps, out, buf):
 
 
 @numba.njit(nogil=True, cache=CACHE, fastmath=FASTMATH)
-def _store(y, j, v, b, has_b, relu, residual, zero):
-    """y[j : j + W] = (y[j : j + W] +) act(v (+ b[j : j + W])), act ReLU or none (NaN stays NaN)."""
-    if has_b:
-        v = vadd(v, vload(b, j))
-    if relu:
-        v = vmax(v, zero)
-    if residual:
-        v = vadd(v, vload(y, j))
-    vstore(y, j, v)
-
-
-@numba.njit(nogil=True, cache=CACHE, fastmath=FASTMATH)
-def _cols(xin, k, wf, n, b, has_b, relu, residual, j0, j1, y):
-    """y[j] = (y[j] +) act(xin[:k] . W[:, j] (+ b[j])) for j0 <= j < j1, W (k, n) row-major as wf
-    (flat): eight registers of columns at a time down all k rows (eight accumulators: enough FMAs
-    in flight to hide their latency), then single registers, then single columns."""
-    W = vwidth(wf)
-    zero = vsplat(wf, 0)
+def _sum_parts(parts, T, n, b, has_b, relu, residual, j0, j1, y):
+    """y[j] = (y[j] +) act((b[j] +) sum_t parts[t n + j]) for j0 <= j < j1: the T threads' partial
+    products added up (kernels' sa_sum_parts: the bias first, then the shares in thread order), act
+    ReLU or none (NaN stays NaN); each y[j] read just before it is written, so y may be the residual."""
+    W = vwidth(parts)
+    zero = vsplat(parts, 0)
     j = j0
-    while j + 8 * W <= j1:
-        a0, a1, a2, a3, a4, a5, a6, a7 = zero, zero, zero, zero, zero, zero, zero, zero
-        for i in range(k):
-            xi = vsplat(wf, xin[i])
-            o = i * n + j
-            a0 = vfma(xi, vload(wf, o), a0)
-            a1 = vfma(xi, vload(wf, o + W), a1)
-            a2 = vfma(xi, vload(wf, o + 2 * W), a2)
-            a3 = vfma(xi, vload(wf, o + 3 * W), a3)
-            a4 = vfma(xi, vload(wf, o + 4 * W), a4)
-            a5 = vfma(xi, vload(wf, o + 5 * W), a5)
-            a6 = vfma(xi, vload(wf, o + 6 * W), a6)
-            a7 = vfma(xi, vload(wf, o + 7 * W), a7)
-        _store(y, j, a0, b, has_b, relu, residual, zero)
-        _store(y, j + W, a1, b, has_b, relu, residual, zero)
-        _store(y, j + 2 * W, a2, b, has_b, relu, residual, zero)
-        _store(y, j + 3 * W, a3, b, has_b, relu, residual, zero)
-        _store(y, j + 4 * W, a4, b, has_b, relu, residual, zero)
-        _store(y, j + 5 * W, a5, b, has_b, relu, residual, zero)
-        _store(y, j + 6 * W, a6, b, has_b, relu, residual, zero)
-        _store(y, j + 7 * W, a7, b, has_b, relu, residual, zero)
-        j += 8 * W
     while j + W <= j1:
-        a0 = zero
-        for i in range(k):
-            a0 = vfma(vsplat(wf, xin[i]), vload(wf, i * n + j), a0)
-        _store(y, j, a0, b, has_b, relu, residual, zero)
+        v = vload(b, j) if has_b else zero
+        for t in range(T):
+            v = vadd(v, vload(parts, t * n + j))
+        if relu:
+            v = vmax(v, zero)
+        if residual:
+            v = vadd(v, vload(y, j))
+        vstore(y, j, v)
         j += W
     while j < j1:
-        acc = np.float32(0)
-        for i in range(k):
-            acc += xin[i] * wf[i * n + j]
-        if has_b:
-            acc += b[j]
+        acc = b[j] if has_b else np.float32(0)
+        for t in range(T):
+            acc += parts[t * n + j]
         if relu and acc < 0:
             acc = np.float32(0)
         y[j] = y[j] + acc if residual else acc
@@ -177,19 +149,22 @@ def _cols(xin, k, wf, n, b, has_b, relu, residual, j0, j1, y):
 
 
 @numba.njit(parallel=True, nogil=True, cache=CACHE, fastmath=FASTMATH)
-def _dense(xin, w, b, has_b, relu, residual, y, nthreads):
-    """y[:n] = (y[:n] +) act(xin[:k] w (+ b)), w (k, n) row-major, act ReLU if relu: _cols over
-    blocks of eight registers of columns, one contiguous run of blocks a thread. y may not be xin;
-    b is not read unless has_b."""
+def _dense(xin, w, b, has_b, relu, residual, y, parts, nthreads):
+    """y[:n] = (y[:n] +) act(xin[:k] w (+ b)), w (k, n) row-major, act ReLU if relu: linear_rows
+    (linear.py) for one row gives each of T threads a contiguous share of w's rows, streamed forward
+    into a partial result of its own (parts[t n : (t + 1) n]), then _sum_parts adds them up, one
+    contiguous run of registers of columns a thread. parts: at least nthreads n floats. y may not
+    be xin; b is not read unless has_b."""
     k, n = w.shape
-    wf = w.reshape(-1)
-    cols = 8 * vwidth(wf)
-    tasks = (n + cols - 1) // cols
+    T = max(1, min(nthreads, k // 64))  # a thread's share of w: at least 64 rows (as driver.linear)
+    linear_rows(xin[:k].reshape((1, k)), w, parts[:T * n].reshape((T, 1, n)))
+    W = vwidth(w)
+    regs = (n + W - 1) // W
     for p in prange(nthreads):
-        t0 = p * tasks // nthreads
-        t1 = (p + 1) * tasks // nthreads
-        if t0 < t1:
-            _cols(xin, k, wf, n, b, has_b, relu, residual, t0 * cols, min(n, t1 * cols), y)
+        j0 = p * regs // nthreads * W
+        j1 = min(n, (p + 1) * regs // nthreads * W)
+        if j0 < j1:
+            _sum_parts(parts, T, n, b, has_b, relu, residual, j0, j1, y)
 
 
 @numba.njit(nogil=True, cache=CACHE, fastmath=FASTMATH)
@@ -203,32 +178,33 @@ def block_layer(x, ln1_g, ln1_b, lnc_g, lnc_b, ln2_g, ln2_b, wqkv, wo, wcq, wco,
     dh = d // h
     yes, no = pos >= 0, pos < 0  # True and False, not as literals: one signature of _dense
     buf = np.empty(4 * vwidth(x), x.dtype)
+    parts = np.empty(nthreads * max(3 * d, w1.shape[1]), x.dtype)  # the products' partial results
     src = x if post_norm else hn  # each sublayer's input row
     # self-attention
     if not post_norm:
         _layer_norm(x, ln1_g, ln1_b, eps, hn, buf)
-    _dense(src, wqkv, b1, no, no, no, qkv, nthreads)
+    _dense(src, wqkv, b1, no, no, no, qkv, parts, nthreads)
     for j in range(d):
         K[pos, j] = qkv[d + j]
         V[pos, j] = qkv[2 * d + j]
     _attend(qkv, Kr.reshape(-1), Vr.reshape(-1), dh, d, dh, pos + 1, h, 1, keep, no, scores, a, nthreads)
-    _dense(a, wo, b1, no, no, yes, x, nthreads)
+    _dense(a, wo, b1, no, no, yes, x, parts, nthreads)
     if post_norm:
         _layer_norm(x, ln1_g, ln1_b, eps, x, buf)
     # cross-attention over the encoder's keys and values
     if has_cross:
         if not post_norm:
             _layer_norm(x, lnc_g, lnc_b, eps, hn, buf)
-        _dense(src, wcq, b1, no, no, no, qkv, nthreads)
+        _dense(src, wcq, b1, no, no, no, qkv, parts, nthreads)
         _attend(qkv, Km.reshape(-1), Vm.reshape(-1), dh, d, dh, Km.shape[0], h, 1, keep, yes, scores, a,
                 nthreads)
-        _dense(a, wco, b1, no, no, yes, x, nthreads)
+        _dense(a, wco, b1, no, no, yes, x, parts, nthreads)
         if post_norm:
             _layer_norm(x, lnc_g, lnc_b, eps, x, buf)
     # feed-forward
     if not post_norm:
         _layer_norm(x, ln2_g, ln2_b, eps, hn, buf)
-    _dense(src, w1, b1, yes, yes, no, f, nthreads)
-    _dense(f, w2, b2, yes, no, yes, x, nthreads)
+    _dense(src, w1, b1, yes, yes, no, f, parts, nthreads)
+    _dense(f, w2, b2, yes, no, yes, x, parts, nthreads)
     if post_norm:
         _layer_norm(x, ln2_g, ln2_b, eps, x, buf)
