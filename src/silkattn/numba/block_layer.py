@@ -26,13 +26,13 @@ Numba's on-disk cache only tracks the file a function is defined in: after editi
 linear.py or _simd.py, delete src/silkattn/numba/__pycache__/*.nb[ic] or block_layer may load stale
 machine code.
 """
-import math
 
 import numba
 import numpy as np
 from numba import prange
 
-from ._simd import CACHE, FASTMATH, hsum, vadd, vfma, vload, vmax, vmul, vsplat, vstore, vsub, vwidth
+from ._simd import CACHE, FASTMATH, vadd, vload, vmax, vsplat, vstore, vwidth
+from .layer_norm import layer_norm_row
 from .linear import linear_rows
 from .llama_layer import _attend
 
@@ -54,70 +54,7 @@ def _layer_norm(x, g, b, eps, out, buf):
         buf[W + j] = 1
         buf[2 * W + j] = g[nv + j]
         buf[3 * W + j] = b[nv + j]
-    zero = vsplat(x, 0)
-    x0 = x[0]
-    v0 = vsplat(x, x0)
-    # pass 1: sum of y = x - x0, four partial sums
-    s0, s1, s2, s3 = zero, zero, zero, zero
-    j = 0
-    while j + 4 * W <= nv:
-        s0 = vadd(s0, vsub(vload(x, j), v0))
-        s1 = vadd(s1, vsub(vload(x, j + W), v0))
-        s2 = vadd(s2, vsub(vload(x, j + 2 * W), v0))
-        s3 = vadd(s3, vsub(vload(x, j + 3 * W), v0))
-        j += 4 * W
-    while j < nv:
-        s0 = vadd(s0, vsub(vload(x, j), v0))
-        j += W
-    if nt:
-        for k in range(W):
-            buf[k] = x[nv + k] if k < nt else x0
-        s1 = vadd(s1, vsub(vload(buf, 0), v0))  # padded lanes: x0 - x0 = 0
-    delta = hsum(vadd(vadd(s0, s1), vadd(s2, s3))) * inv_n
-    vd = vsplat(x, delta)
-    # pass 2: sums of d = y - delta and of d * d
-    sd0, sd1, sd2, sd3 = zero, zero, zero, zero
-    sq0, sq1, sq2, sq3 = zero, zero, zero, zero
-    j = 0
-    while j + 4 * W <= nv:
-        d = vsub(vsub(vload(x, j), v0), vd)
-        sd0 = vadd(sd0, d)
-        sq0 = vfma(d, d, sq0)
-        d = vsub(vsub(vload(x, j + W), v0), vd)
-        sd1 = vadd(sd1, d)
-        sq1 = vfma(d, d, sq1)
-        d = vsub(vsub(vload(x, j + 2 * W), v0), vd)
-        sd2 = vadd(sd2, d)
-        sq2 = vfma(d, d, sq2)
-        d = vsub(vsub(vload(x, j + 3 * W), v0), vd)
-        sd3 = vadd(sd3, d)
-        sq3 = vfma(d, d, sq3)
-        j += 4 * W
-    while j < nv:
-        d = vsub(vsub(vload(x, j), v0), vd)
-        sd0 = vadd(sd0, d)
-        sq0 = vfma(d, d, sq0)
-        j += W
-    if nt:
-        d = vmul(vsub(vsub(vload(buf, 0), v0), vd), vload(buf, W))
-        sd1 = vadd(sd1, d)
-        sq1 = vfma(d, d, sq1)
-    sd = hsum(vadd(vadd(sd0, sd1), vadd(sd2, sd3)))
-    sq = hsum(vadd(vadd(sq0, sq1), vadd(sq2, sq3)))
-    delta = delta + sd * inv_n
-    var = max((sq - sd * sd * inv_n) * inv_n, sd - sd)
-    rstd = 1 / math.sqrt(var + e)
-    vd = vsplat(x, delta)
-    vr = vsplat(x, rstd)
-    # pass 3: g ((y - delta) rstd) + b, each x[j] read before out[j] is written
-    for j in range(0, nv, W):
-        d = vmul(vsub(vsub(vload(x, j), v0), vd), vr)
-        vstore(out, j, vfma(vload(g, j), d, vload(b, j)))
-    if nt:
-        d = vmul(vsub(vsub(vload(buf, 0), v0), vd), vr)
-        vstore(buf, 0, vfma(vload(buf, 2 * W), d, vload(buf, 3 * W)))
-        for k in range(nt):
-            out[nv + k] = buf[k]
+    layer_norm_row(x, 0, g, b, inv_n, e, buf, out, 0, W, nv, nt, vsplat(x, 0))
 
 
 @numba.njit(nogil=True, cache=CACHE, fastmath=FASTMATH)

@@ -8,6 +8,87 @@ from numba import prange
 from ._simd import CACHE, FASTMATH, hsum, vadd, vfma, vload, vmul, vsplat, vstore, vsub, vwidth
 
 
+@numba.njit(inline="always", fastmath=FASTMATH)
+def layer_norm_row(xf, base, g, b, inv_n, e, buf, of, obase, W, nv, nt, zero):
+    """of[obase:obase + n] = layer_norm of xf[base:base + n] (layer_norm_rows' docstring: the shift,
+    the two passes, the tail through buf, whose mask and tails of g and b the caller has set); of
+    may be xf at the same base (each x read before it is written)."""
+    x0 = xf[base]
+    v0 = vsplat(xf, x0)
+    # pass 1: sum of y = x - x0, four partial sums
+    s0 = zero
+    s1 = zero
+    s2 = zero
+    s3 = zero
+    j = 0
+    while j + 4 * W <= nv:
+        s0 = vadd(s0, vsub(vload(xf, base + j), v0))
+        s1 = vadd(s1, vsub(vload(xf, base + j + W), v0))
+        s2 = vadd(s2, vsub(vload(xf, base + j + 2 * W), v0))
+        s3 = vadd(s3, vsub(vload(xf, base + j + 3 * W), v0))
+        j += 4 * W
+    while j < nv:
+        s0 = vadd(s0, vsub(vload(xf, base + j), v0))
+        j += W
+    if nt:
+        for k in range(W):
+            buf[k] = xf[base + nv + k] if k < nt else x0
+        s1 = vadd(s1, vsub(vload(buf, 0), v0))   # padded lanes: x0 - x0 = 0
+    delta = hsum(vadd(vadd(s0, s1), vadd(s2, s3))) * inv_n
+    vd = vsplat(xf, delta)
+    # pass 2: sums of d = y - delta and of d * d (two partial sums of each)
+    sd0 = zero
+    sd1 = zero
+    sq0 = zero
+    sq1 = zero
+    sd2 = zero
+    sd3 = zero
+    sq2 = zero
+    sq3 = zero
+    j = 0
+    while j + 4 * W <= nv:
+        d = vsub(vsub(vload(xf, base + j), v0), vd)
+        sd0 = vadd(sd0, d)
+        sq0 = vfma(d, d, sq0)
+        d = vsub(vsub(vload(xf, base + j + W), v0), vd)
+        sd1 = vadd(sd1, d)
+        sq1 = vfma(d, d, sq1)
+        d = vsub(vsub(vload(xf, base + j + 2 * W), v0), vd)
+        sd2 = vadd(sd2, d)
+        sq2 = vfma(d, d, sq2)
+        d = vsub(vsub(vload(xf, base + j + 3 * W), v0), vd)
+        sd3 = vadd(sd3, d)
+        sq3 = vfma(d, d, sq3)
+        j += 4 * W
+    while j < nv:
+        d = vsub(vsub(vload(xf, base + j), v0), vd)
+        sd0 = vadd(sd0, d)
+        sq0 = vfma(d, d, sq0)
+        j += W
+    if nt:
+        d = vmul(vsub(vsub(vload(buf, 0), v0), vd), vload(buf, W))
+        sd1 = vadd(sd1, d)
+        sq1 = vfma(d, d, sq1)
+    sd0 = vadd(vadd(sd0, sd1), vadd(sd2, sd3))
+    sq0 = vadd(vadd(sq0, sq1), vadd(sq2, sq3))
+    sd = hsum(sd0)
+    sq = hsum(sq0)
+    delta = delta + sd * inv_n
+    var = max((sq - sd * sd * inv_n) * inv_n, sd - sd)
+    rstd = 1 / math.sqrt(var + e)
+    vd = vsplat(xf, delta)
+    vr = vsplat(xf, rstd)
+    # pass 3: g * ((y - delta) * rstd) + b
+    for j in range(0, nv, W):
+        d = vmul(vsub(vsub(vload(xf, base + j), v0), vd), vr)
+        vstore(of, obase + j, vfma(vload(g, j), d, vload(b, j)))
+    if nt:
+        d = vmul(vsub(vsub(vload(buf, 0), v0), vd), vr)
+        vstore(buf, 0, vfma(vload(buf, 2 * W), d, vload(buf, 3 * W)))
+        for k in range(nt):
+            of[obase + nv + k] = buf[k]
+
+
 @numba.njit(parallel=True, nogil=True, cache=CACHE, fastmath=FASTMATH)
 def layer_norm_rows(x, g, b, eps, out, nthreads):
     """out = g * (x - mean) / sqrt(var + eps) + b per row, population variance, in two passes over
@@ -44,78 +125,4 @@ def layer_norm_rows(x, g, b, eps, out, nthreads):
             buf[3 * W + j] = b[nv + j]
         zero = vsplat(x, 0)
         for i in range(p * rows // nthreads, (p + 1) * rows // nthreads):
-            base = i * n
-            x0 = xf[base]
-            v0 = vsplat(x, x0)
-            # pass 1: sum of y = x - x0, four partial sums
-            s0 = zero
-            s1 = zero
-            s2 = zero
-            s3 = zero
-            j = 0
-            while j + 4 * W <= nv:
-                s0 = vadd(s0, vsub(vload(xf, base + j), v0))
-                s1 = vadd(s1, vsub(vload(xf, base + j + W), v0))
-                s2 = vadd(s2, vsub(vload(xf, base + j + 2 * W), v0))
-                s3 = vadd(s3, vsub(vload(xf, base + j + 3 * W), v0))
-                j += 4 * W
-            while j < nv:
-                s0 = vadd(s0, vsub(vload(xf, base + j), v0))
-                j += W
-            if nt:
-                for k in range(W):
-                    buf[k] = xf[base + nv + k] if k < nt else x0
-                s1 = vadd(s1, vsub(vload(buf, 0), v0))   # padded lanes: x0 - x0 = 0
-            delta = hsum(vadd(vadd(s0, s1), vadd(s2, s3))) * inv_n
-            vd = vsplat(x, delta)
-            # pass 2: sums of d = y - delta and of d * d (two partial sums of each)
-            sd0 = zero
-            sd1 = zero
-            sq0 = zero
-            sq1 = zero
-            sd2 = zero
-            sd3 = zero
-            sq2 = zero
-            sq3 = zero
-            j = 0
-            while j + 4 * W <= nv:
-                d = vsub(vsub(vload(xf, base + j), v0), vd)
-                sd0 = vadd(sd0, d)
-                sq0 = vfma(d, d, sq0)
-                d = vsub(vsub(vload(xf, base + j + W), v0), vd)
-                sd1 = vadd(sd1, d)
-                sq1 = vfma(d, d, sq1)
-                d = vsub(vsub(vload(xf, base + j + 2 * W), v0), vd)
-                sd2 = vadd(sd2, d)
-                sq2 = vfma(d, d, sq2)
-                d = vsub(vsub(vload(xf, base + j + 3 * W), v0), vd)
-                sd3 = vadd(sd3, d)
-                sq3 = vfma(d, d, sq3)
-                j += 4 * W
-            while j < nv:
-                d = vsub(vsub(vload(xf, base + j), v0), vd)
-                sd0 = vadd(sd0, d)
-                sq0 = vfma(d, d, sq0)
-                j += W
-            if nt:
-                d = vmul(vsub(vsub(vload(buf, 0), v0), vd), vload(buf, W))
-                sd1 = vadd(sd1, d)
-                sq1 = vfma(d, d, sq1)
-            sd0 = vadd(vadd(sd0, sd1), vadd(sd2, sd3))
-            sq0 = vadd(vadd(sq0, sq1), vadd(sq2, sq3))
-            sd = hsum(sd0)
-            sq = hsum(sq0)
-            delta = delta + sd * inv_n
-            var = max((sq - sd * sd * inv_n) * inv_n, sd - sd)
-            rstd = 1 / math.sqrt(var + e)
-            vd = vsplat(x, delta)
-            vr = vsplat(x, rstd)
-            # pass 3: g * ((y - delta) * rstd) + b
-            for j in range(0, nv, W):
-                d = vmul(vsub(vsub(vload(xf, base + j), v0), vd), vr)
-                vstore(of, base + j, vfma(vload(g, j), d, vload(b, j)))
-            if nt:
-                d = vmul(vsub(vsub(vload(buf, 0), v0), vd), vr)
-                vstore(buf, 0, vfma(vload(buf, 2 * W), d, vload(buf, 3 * W)))
-                for k in range(nt):
-                    of[base + nv + k] = buf[k]
+            layer_norm_row(xf, i * n, g, b, inv_n, e, buf, of, i * n, W, nv, nt, zero)
