@@ -75,6 +75,7 @@ def run_llama_cpp(windows, threads):
         llm.reset()
         llm.eval(ids)
         total += nll(np.array(llm.scores[:len(ids)]), ids)
+    llm.close()  # before the interpreter's teardown, which its __del__ does not survive
     return total
 
 

@@ -712,6 +712,8 @@ def _llm_llama_cpp(c, text):
     minutes on 2 cores, -march=native by default); build the wheel once and keep it in a local
     folder (`pip wheel llama-cpp-python -w WHEELS`, then `pip install WHEELS/llama_cpp_python-*.whl`
     into the Python given as --torch-python), so that it is never built again."""
+    import atexit
+
     import llama_cpp
     folder, name = smollm2_gguf()
     n_ctx = 256 * -(-(c["prompt"] + c["new"] + 1) // 256)
@@ -720,6 +722,9 @@ def _llm_llama_cpp(c, text):
         threads = bench_threads()
         _MODELS[key] = llama_cpp.Llama(model_path=os.path.join(folder, name), n_ctx=n_ctx, n_threads=threads,
                                        n_threads_batch=threads, n_batch=512, verbose=False, logits_all=False)
+        # closed before the interpreter's teardown: llama-cpp-python's __del__ then finds its library
+        # functions gone and prints a TypeError at exit
+        atexit.register(_MODELS[key].close)
     if "llama.cpp greedy" not in _MODELS:  # llama.cpp's argmax sampler (no state), kept for the process
         _MODELS["llama.cpp greedy"] = llama_cpp.llama_sampler_init_greedy()
     llm, greedy = _MODELS[key], _MODELS["llama.cpp greedy"]
