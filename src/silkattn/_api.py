@@ -240,8 +240,9 @@ _NO_BIAS = {dtype: np.zeros(1, dtype) for dtype in FLOATS}
 
 def linear_q(kernels, X, W, b, out):
     """linear with W a QuantizedMatrix, in np.result_type(X, float32) (b's dtype too, as for a float
-    W): a few float32 rows run the backend's linear_q kernel on W's blocks; more rows, float64 or
-    no kernel take numpy's matmul with W.dequantize() (a GEMM outweighs converting W once)."""
+    W): a few float32 rows run the backend's linear_q kernel on W's blocks; more float32 rows take
+    numpy's GEMM on W dequantized a panel at a time (the backend's dequantize kernel, never the
+    whole matrix); float64, or a backend without those kernels, numpy's matmul with W.dequantize()."""
     X = as_float_array(X, "X")
     if X.ndim == 0:
         raise ValueError("X must have at least one dimension (..., k)")

@@ -56,8 +56,8 @@ def linear(X, W, b=None, *, out=None):
     """X W + b (b optional) over X's last axis: numpy's matmul, except that a few rows of X (a
     decoding step) run silkattn's matrix-vector kernel, which streams W once on silkattn's threads.
     W may be a silkattn.quant.QuantizedMatrix (GGUF blocks, standing for the float32 (k, n) matrix
-    they dequantize to): the kernel then reads the blocks themselves; the result's dtype is
-    np.result_type(X, float32) (b's too)."""
+    they dequantize to): the kernel then reads the blocks themselves, and many rows multiply by W
+    dequantized a panel at a time; the result's dtype is np.result_type(X, float32) (b's too)."""
     return _api.linear(_backends.kernels(), X, W, b, out=out)
 
 
