@@ -116,6 +116,11 @@ class Llama:
                                                                                 eos_id, path)
         self.stats = {}  # the last generation's prompt_tokens, prefill_s, new_tokens, decode_s, stopped
         self._params = None
+        # the fused step's per-layer arguments (the kernel contract's order), made once: every layer's
+        # matrices as blocks, else None (the step then runs as ops)
+        self._step_args = [(L.attn_norm, L.ffn_norm,
+                            *(a for W in (L.wqkv, L.wo, L.wgu, L.wd) for a in (W.blocks, W.code)))
+                           for L in layers] if all(L.quantized for L in layers) else None
 
     @property
     def params(self):
@@ -181,8 +186,7 @@ class Llama:
         """Logits of the new positions (the last one only if last_only); their K and V written to cache.
         One token runs the fused step (fused=False: the ops, its oracle) where the backend has it."""
         c, kernels = self.config, _backends.kernels()
-        if (fused and len(ids) == 1 and kernels.llama_layer is not None
-                and all(L.quantized for L in self.layers)):
+        if fused and len(ids) == 1 and kernels.llama_layer is not None and self._step_args:
             return self._step(kernels, int(ids[0]), cache, start)
         n, end, hq, hkv, dh, dff = len(ids), start + len(ids), c.h, c.h_kv, c.d_head, c.d_ff
         positions = np.arange(start, end)
@@ -213,11 +217,11 @@ class Llama:
         x = np.ascontiguousarray(self._embed([token])[0])  # (d,): the residual stream, updated in place
         cos, sin, rows = _api.rope_tables(c.rope_base, c.d_head // 2, np.dtype(np.float32), np.array([pos]))
         scratch = self._scratch(cache.shape[3])
-        threads = threads_for(sum(L.wgu.nbytes for L in self.layers), LINEAR_WORK)  # as a product's
-        for i, L in enumerate(self.layers):
-            blocks = [a for W in (L.wqkv, L.wo, L.wgu, L.wd) for a in (W.blocks, W.code)]
-            kernels.llama_layer(x, L.attn_norm, L.ffn_norm, *blocks, cache[i, 0], cache[i, 1], pos,
-                                cos[rows[0]], sin[rows[0]], c.h, c.eps, *scratch, threads)
+        k, n = self.layers[0].wgu.shape
+        threads = threads_for(k * n, LINEAR_WORK)  # as ops.linear would give its largest product
+        for i, args in enumerate(self._step_args):
+            kernels.llama_layer(x, *args, cache[i, 0], cache[i, 1], pos, cos[rows[0]], sin[rows[0]], c.h,
+                                c.eps, *scratch, threads)
         return ops.linear(ops.rms_norm(x[None], self.norm, c.eps), self.head)
 
     def _scratch(self, capacity):  # the fused step's buffers (qkv, a, hn, gu, scores), kept per capacity
