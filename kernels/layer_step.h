@@ -46,16 +46,19 @@ typedef struct {
     float *qkv_out, *a, *hn, *f, *scores;  /* scratch: ((h + 2 h_kv) dh,), (h dh,), (max(d, d_ff),),
                                               (2 d_ff,), (h, ld_scores) */
     int64_t ld_scores;
-    float *xs;                     /* scratch: a product's block sums, max k / 32 padded to SA_QCH */
+    int q8;                        /* the blocks' products take x rounded to 8 bits (round_q8) */
+    float *xs, *xd;                /* scratch: a product's block sums (and scales), max k / 32 padded to SA_QCH */
+    int8_t *xq;                    /* scratch: with q8, the product's x as int8 (max k) */
     float *parts;                  /* scratch: the threads' partial float32 products, num_threads x max n */
 } sa_layer;
 
 #define SA_LAYER_ROWS 16  /* outputs of a quantized product per task, as linear_q.pyx's ROWS_PER_TASK */
 
-/* y = (r +) act(in W + b) over the team (act: relu or none); the caller's barrier before; xs and
- * parts: scratch for the block sums (blocks) and the threads' partial products (float32) */
-static inline void sa_layer_product(int isa, const sa_matrix *W, const float *in, float *xs, float *parts,
+/* y = (r +) act(in W + b) over the team (act: relu or none); the caller's barrier before; L's
+ * scratch: the block sums (and with q8 the int8 x and its scales) or the threads' partial products */
+static inline void sa_layer_product(int isa, const sa_layer *L, const sa_matrix *W, const float *in,
                                     const float *r, int relu, float *y) {
+    float *xs = L->xs, *parts = L->parts;
     const int64_t k = W->k, n = W->n;
     if (W->kind == SA_DENSE) {
         /* each thread a contiguous share of W's rows, streamed forward (a block of columns down all
@@ -81,17 +84,27 @@ static inline void sa_layer_product(int isa, const sa_matrix *W, const float *in
 #ifdef _OPENMP
 #pragma omp single
 #endif
-    if (W->kind != SA_Q8_0) {
+    if (W->kind != SA_Q8_0 || L->q8) {
         const int64_t nbp = (k / 32 + SA_QCH - 1) / SA_QCH * SA_QCH;
         for (int64_t i = 0; i < nbp; i++) xs[i] = 0;
-        SA_PICK(sa_linear_q_xsum_f32, isa)(in, k, 1, xs);
+        if (L->q8) {
+            for (int64_t i = 0; i < nbp; i++) L->xd[i] = 0;
+            SA_PICK(sa_quantize_q8_f32, isa)(in, k, 1, L->xq, L->xd, xs);
+        } else {
+            SA_PICK(sa_linear_q_xsum_f32, isa)(in, k, 1, xs);
+        }
     }
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
     for (int64_t t = 0; t < tasks; t++) {  /* blocks take no bias beyond r (the Llama family has none) */
         const int64_t j0 = t * SA_LAYER_ROWS, j1 = j0 + SA_LAYER_ROWS < n ? j0 + SA_LAYER_ROWS : n;
-        SA_PICK(sa_linear_q_rows_f32, isa)(W->kind, in, k, 1, (const uint8_t *)W->w, ldw, n, xs, r, j0, j1, y, n);
+        if (L->q8)
+            SA_PICK(sa_linear_q8_rows_f32, isa)(W->kind, L->xq, L->xd, xs, k, 1, (const uint8_t *)W->w, ldw, n, r,
+                                                j0, j1, y, n);
+        else
+            SA_PICK(sa_linear_q_rows_f32, isa)(W->kind, in, k, 1, (const uint8_t *)W->w, ldw, n, xs, r, j0, j1,
+                                               y, n);
     }
 }
 
@@ -116,7 +129,7 @@ static inline void sa_layer_attention(int isa, const sa_layer *L, const sa_norm 
         sa_layer_norm(isa, N, L->x, L->eps, L->hn, d);
         in = L->hn;
     }
-    sa_layer_product(isa, Wq, in, L->xs, L->parts, NULL, 0, L->qkv_out);
+    sa_layer_product(isa, L, Wq, in, NULL, 0, L->qkv_out);
     if (!cross) {
 #ifdef _OPENMP
 #pragma omp for schedule(static)
@@ -142,7 +155,7 @@ static inline void sa_layer_attention(int isa, const sa_layer *L, const sa_norm 
                                          cross ? L->n_src : L->pos + 1, dh, scale, cross ? L->keep : NULL,
                                          L->scores + u * L->ld_scores, L->a + u * dh);
     }
-    sa_layer_product(isa, Wo, L->a, L->xs, L->parts, L->x, 0, L->x);
+    sa_layer_product(isa, L, Wo, L->a, L->x, 0, L->x);
     if (L->post_norm) {
 #ifdef _OPENMP
 #pragma omp single
@@ -169,14 +182,14 @@ static void sa_layer_run(int isa, const sa_layer *L, int num_threads) {
             in = L->hn;
         }
         /* the hidden row: silu(g) u into hn (up's output, gate | up, in f), or relu(in up + b) in f */
-        sa_layer_product(isa, &L->up, in, L->xs, L->parts, NULL, !L->swiglu, L->f);
+        sa_layer_product(isa, L, &L->up, in, NULL, !L->swiglu, L->f);
         if (L->swiglu) {
 #ifdef _OPENMP
 #pragma omp single
 #endif
             SA_PICK(sa_silu_mul_row_f32, isa)(L->f, L->f + dff, L->hn, dff);
         }
-        sa_layer_product(isa, &L->down, L->swiglu ? L->hn : L->f, L->xs, L->parts, L->x, 0, L->x);
+        sa_layer_product(isa, L, &L->down, L->swiglu ? L->hn : L->f, L->x, 0, L->x);
         if (L->post_norm) {
 #ifdef _OPENMP
 #pragma omp single

@@ -2,7 +2,7 @@
 Q/K/V product, rotary, cache append, attention, output product and residual (and the
 encoder-decoder's cross-attention), norm, feed-forward and residual. Two entries fill the one
 runner: llama_layer (the weights as GGUF blocks) and block_layer (the listing's block, float32)."""
-from libc.stdint cimport int64_t, uint8_t
+from libc.stdint cimport int8_t, int64_t, uint8_t
 from libc.stdlib cimport free
 
 include "common.pxi"
@@ -42,7 +42,10 @@ cdef extern from "layer_step.h" nogil:
         float *f
         float *scores
         int64_t ld_scores
+        int q8
         float *xs
+        float *xd
+        int8_t *xq
         float *parts
     void sa_layer_run(int isa, const sa_layer *L, int num_threads)
 
@@ -69,26 +72,33 @@ cdef int _run(sa_layer *L, Py_ssize_t kmax, Py_ssize_t nmax, int num_threads) ex
     """The scratch for the block sums and the threads' partial products, then the runner (without
     the GIL)."""
     L.xs = <float *>sa_alloc((kmax // 32 + SA_QCH) * sizeof(float))
+    L.xd = <float *>sa_alloc((kmax // 32 + SA_QCH) * sizeof(float))
+    L.xq = <int8_t *>sa_alloc(kmax)
     L.parts = <float *>sa_alloc(max(1, num_threads) * nmax * sizeof(float))
-    if L.xs == NULL or L.parts == NULL:
+    if L.xs == NULL or L.xd == NULL or L.xq == NULL or L.parts == NULL:
         free(L.xs)
+        free(L.xd)
+        free(L.xq)
         free(L.parts)
         raise MemoryError("a layer step could not allocate its scratch")
     with nogil:
         sa_layer_run(ISA, L, num_threads)
     free(L.xs)
+    free(L.xd)
+    free(L.xq)
     free(L.parts)
     return 0
 
 
 def llama_layer(float[::1] x, const float[::1] attn_norm, const float[::1] ffn_norm,
                 const uint8_t[:, ::1] wqkv, int kqkv, const uint8_t[:, ::1] wo, int ko,
-                const uint8_t[:, ::1] wgu, int kgu, const uint8_t[:, ::1] wd, int kd,
+                const uint8_t[:, ::1] wgu, int kgu, const uint8_t[:, ::1] wd, int kd, bint q8,
                 float[:, :, ::1] K, float[:, :, ::1] V, Py_ssize_t pos, const float[::1] cos, const float[::1] sin,
                 Py_ssize_t h, double eps, float[::1] qkv, float[::1] a, float[::1] hn, float[::1] gu,
                 float[:, ::1] scores, int num_threads):
     """The kernel contract's llama_layer (silkattn._api): x (d,) in place; K, V (h_kv, capacity, d_head)
-    with this token's K and V written at row pos. The shapes are checked here against each other,
+    with this token's K and V written at row pos; q8: the products take their x rounded to 8 bits a
+    block (reference.round_q8, QuantizedMatrix.activations "int8"). The shapes are checked here against each other,
     which is all that keeps the C code within its arrays."""
     cdef Py_ssize_t d = x.shape[0], hkv = K.shape[0], cap = K.shape[1], dh = K.shape[2]
     cdef Py_ssize_t dff = wd.shape[1] // SA_QBYTES(kd) * 32 if 0 <= kd <= 2 else 0
@@ -104,7 +114,7 @@ def llama_layer(float[::1] x, const float[::1] attn_norm, const float[::1] ffn_n
             or qkv.shape[0] < (h + 2 * hkv) * dh or a.shape[0] < h * dh or hn.shape[0] < max(d, dff)
             or gu.shape[0] < 2 * dff or scores.shape[0] < h or scores.shape[1] < cap):
         raise ValueError("llama_layer: a norm, the rotary row or a scratch buffer has the wrong size")
-    L.x, L.d, L.h, L.h_kv, L.dh, L.post_norm, L.eps, L.swiglu = &x[0], d, h, hkv, dh, 0, <float>eps, 1
+    L.x, L.d, L.h, L.h_kv, L.dh, L.post_norm, L.eps, L.swiglu, L.q8 = &x[0], d, h, hkv, dh, 0, <float>eps, 1, q8
     L.norm1.g, L.norm1.b, L.norm2.g, L.norm2.b = &attn_norm[0], NULL, &ffn_norm[0], NULL
     L.cross_q.w = NULL
     L.K, L.V, L.head_stride, L.row_stride, L.pos = &K[0, 0, 0], &V[0, 0, 0], cap * dh, dh, pos
@@ -144,7 +154,7 @@ def block_layer(float[::1] x, const float[::1] ln1_g, const float[::1] ln1_b, co
             or qkv.shape[0] < 3 * d or a.shape[0] < d or hn.shape[0] < max(d, dff) or f.shape[0] < dff
             or scores.shape[0] < h or scores.shape[1] < max(cap, nsrc)):
         raise ValueError("block_layer: a norm or a scratch buffer has the wrong size")
-    L.x, L.d, L.h, L.h_kv, L.dh, L.post_norm, L.eps, L.swiglu = &x[0], d, h, h, dh, post_norm, <float>eps, 0
+    L.x, L.d, L.h, L.h_kv, L.dh, L.post_norm, L.eps, L.swiglu, L.q8 = &x[0], d, h, h, dh, post_norm, <float>eps, 0, 0
     L.norm1.g, L.norm1.b, L.norm2.g, L.norm2.b = &ln1_g[0], &ln1_b[0], &ln2_g[0], &ln2_b[0]
     if has_cross:
         L.norm_cross.g, L.norm_cross.b, L.Km, L.Vm, L.keep, L.n_src = &lnc_g[0], &lnc_b[0], &Km[0, 0], &Vm[0, 0], \

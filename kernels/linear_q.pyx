@@ -1,7 +1,7 @@
 """y = x W (+ b) for W held as GGUF blocks (silkattn.quant.QuantizedMatrix), a few rows of x: a
 decoding step's projections, reading the file's 5 or 8.5 bits a weight."""
 from cython.parallel cimport prange
-from libc.stdint cimport int64_t, uint8_t
+from libc.stdint cimport int8_t, int64_t, uint8_t
 from libc.stdlib cimport free
 from libc.string cimport memset
 
@@ -16,6 +16,10 @@ cdef extern from "linear_q.h" nogil:
     void sa_linear_q_rows_f32(int isa, int kind, const float *x, int64_t k, int64_t m, const uint8_t *w,
                               int64_t ldw, int64_t n, const float *xs, const float *b, int64_t j0, int64_t j1,
                               float *y, int64_t ldy)
+    void sa_quantize_q8_f32(int isa, const float *x, int64_t k, int64_t m, int8_t *xq, float *xd, float *xs)
+    void sa_linear_q8_rows_f32(int isa, int kind, const int8_t *xq, const float *xd, const float *xs, int64_t k,
+                               int64_t m, const uint8_t *w, int64_t ldw, int64_t n, const float *b, int64_t j0,
+                               int64_t j1, float *y, int64_t ldy)
     void sa_dequantize_rows_f32(int isa, int kind, const uint8_t *w, int64_t ldw, int64_t k, int64_t j0,
                                 int64_t rows, float *out)
 
@@ -28,14 +32,17 @@ cdef Py_ssize_t ROWS_PER_TASK = 16
 
 
 def linear_q(const float[:, ::1] x, const uint8_t[:, ::1] blocks, int kind, const float[::1] b,
-             float[:, ::1] out, bint has_bias, int num_threads):
+             float[:, ::1] out, bint has_bias, bint q8, int num_threads):
     """out = x W (+ b) for W = dequantize(blocks, KINDS[kind])^T: x (m, k), 1 <= m <= 8; blocks (n, k /
-    32 * block bytes); out (m, n); b (n,) if has_bias. The threads share W's rows (the outputs),
-    ROWS_PER_TASK a task; the block sums of x that Q4 blocks' offsets need are made once, first."""
+    32 * block bytes); out (m, n); b (n,) if has_bias. With q8, x is reference.round_q8(x) and the
+    products are integer ones. The threads share W's rows (the outputs), ROWS_PER_TASK a task; what
+    x's blocks need first (their sums, or with q8 their 8-bit q, scales and sums) is made once."""
     cdef Py_ssize_t m = x.shape[0], k = x.shape[1], n = blocks.shape[0], ldw = blocks.shape[1], t
     cdef Py_ssize_t ntasks = (n + ROWS_PER_TASK - 1) // ROWS_PER_TASK
     cdef Py_ssize_t nxs = m * ((k // 32 + SA_QCH - 1) // SA_QCH * SA_QCH)  # x's block sums, rows padded
     cdef float *xs = NULL
+    cdef float *xd = NULL
+    cdef int8_t *xq = NULL
     cdef const float *bias = NULL
     # what keeps the C kernel within its arrays (the caller, silkattn._api, has checked them)
     if not 0 <= kind < len(KINDS) or not 1 <= m <= SA_QROWS or k <= 0 or k % 32 or n <= 0:
@@ -47,18 +54,34 @@ def linear_q(const float[:, ::1] x, const uint8_t[:, ::1] blocks, int kind, cons
         if b.shape[0] != n:
             raise ValueError(f"linear_q: b must have {n} elements, got {b.shape[0]}")
         bias = &b[0]
-    if kind != SA_Q8_0:
+    if kind != SA_Q8_0 or q8:
         xs = <float *>sa_alloc(nxs * sizeof(float))
-        if xs == NULL:
-            raise MemoryError("linear_q could not allocate the block sums of x")
+        if q8:
+            xd = <float *>sa_alloc(nxs * sizeof(float))
+            xq = <int8_t *>sa_alloc(m * k)
+        if xs == NULL or (q8 and (xd == NULL or xq == NULL)):
+            free(xs)
+            free(xd)
+            free(xq)
+            raise MemoryError("linear_q could not allocate x's block sums")
     with nogil:
         if xs != NULL:
             memset(xs, 0, nxs * sizeof(float))
-            sa_linear_q_xsum_f32(ISA, &x[0, 0], k, m, xs)
-        for t in prange(ntasks, num_threads=num_threads, schedule="static"):
-            sa_linear_q_rows_f32(ISA, kind, &x[0, 0], k, m, &blocks[0, 0], ldw, n, xs, bias, t * ROWS_PER_TASK,
-                                 min(n, (t + 1) * ROWS_PER_TASK), &out[0, 0], n)
+        if q8:
+            memset(xd, 0, nxs * sizeof(float))
+            sa_quantize_q8_f32(ISA, &x[0, 0], k, m, xq, xd, xs)
+            for t in prange(ntasks, num_threads=num_threads, schedule="static"):
+                sa_linear_q8_rows_f32(ISA, kind, xq, xd, xs, k, m, &blocks[0, 0], ldw, n, bias, t * ROWS_PER_TASK,
+                                      min(n, (t + 1) * ROWS_PER_TASK), &out[0, 0], n)
+        else:
+            if xs != NULL:
+                sa_linear_q_xsum_f32(ISA, &x[0, 0], k, m, xs)
+            for t in prange(ntasks, num_threads=num_threads, schedule="static"):
+                sa_linear_q_rows_f32(ISA, kind, &x[0, 0], k, m, &blocks[0, 0], ldw, n, xs, bias, t * ROWS_PER_TASK,
+                                     min(n, (t + 1) * ROWS_PER_TASK), &out[0, 0], n)
     free(xs)
+    free(xd)
+    free(xq)
 
 
 def dequantize(const uint8_t[:, ::1] blocks, int kind, Py_ssize_t j0, float[:, ::1] out, int num_threads):

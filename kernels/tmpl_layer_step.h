@@ -18,12 +18,24 @@
 /* out (dh,) = softmax(scale q K^T) V for one query row q (dh,) over n keys: row t of K and V at
  * K + t ldk, V + t ldk; keys with keep[t] == 0 (keep NULL: none) score -1e9, as the reference
  * hides them (a row with every key hidden averages them all). s (n,): scratch for the weights;
- * e^(s - max) is the vector exp of the attention kernels. */
+ * e^(s - max) is the vector exp of the attention kernels. The scores SA_VL keys at a time (dots:
+ * one transpose for their sums), the weighted sum of V's rows in registers, SA_QV4 vectors of
+ * out's columns a pass over the keys. */
+#define SA_QV4 4
 static void SA_FN(sa_decode_head)(const SA_T *q, const SA_T *K, const SA_T *V, int64_t ldk, int64_t n, int64_t dh,
                                   SA_T scale, const uint8_t *keep, SA_T *s, SA_T *out) {
     const int64_t dv = dh - dh % SA_VL, nv = n - n % SA_VL;
-    SA_T top = -INFINITY, sum = 0;
-    for (int64_t t = 0; t < n; t++) {
+    VEC tops = SA_FN(splat)(-INFINITY);
+    int64_t t = 0;
+    for (; t < nv; t += SA_VL) {
+        VEC v = SA_FN(dots)(q, K + t * ldk, ldk, dh) * scale;
+        if (keep)
+            for (int u = 0; u < SA_VL; u++) v[u] = keep[t + u] ? v[u] : (SA_T)-1e9;
+        STORE(s + t, v);
+        tops = SA_FN(vmax)(tops, v);
+    }
+    SA_T top = nv ? SA_FN(hmax)(tops) : -INFINITY;
+    for (; t < n; t++) {
         const SA_T *kt = K + t * ldk;
         VEC acc = SA_FN(splat)(0);
         int64_t j = 0;
@@ -34,8 +46,8 @@ static void SA_FN(sa_decode_head)(const SA_T *q, const SA_T *K, const SA_T *V, i
         top = s[t] > top ? s[t] : top;
     }
     VEC sums = SA_FN(splat)(0);
-    int64_t t = 0;
-    for (; t < nv; t += SA_VL) {
+    SA_T sum = 0;
+    for (t = 0; t < nv; t += SA_VL) {
         const VEC e = SA_FN(expv)(LOAD(s + t) - top);
         STORE(s + t, e);
         sums += e;
@@ -45,16 +57,31 @@ static void SA_FN(sa_decode_head)(const SA_T *q, const SA_T *K, const SA_T *V, i
         sum += s[t];
     }
     sum += SA_FN(hsum)(sums);
-    for (int64_t j = 0; j < dh; j++) out[j] = 0;
-    for (t = 0; t < n; t++) {
-        const SA_T *vt = V + t * ldk;
-        const VEC p = SA_FN(splat)(s[t]);
-        int64_t j = 0;
-        for (; j < dv; j += SA_VL) STORE(out + j, LOAD(out + j) + p * LOAD(vt + j));
-        for (; j < dh; j++) out[j] += s[t] * vt[j];
-    }
     const SA_T inv = 1 / sum;
-    for (int64_t j = 0; j < dh; j++) out[j] *= inv;
+    int64_t j0 = 0;
+    for (; j0 + SA_QV4 * SA_VL <= dv; j0 += SA_QV4 * SA_VL) {  /* SA_QV4 vectors of out in registers */
+        VEC o[SA_QV4];
+#pragma GCC unroll 4
+        for (int c = 0; c < SA_QV4; c++) o[c] = SA_FN(splat)(0);
+        for (t = 0; t < n; t++) {
+            const VEC p = SA_FN(splat)(s[t]);
+            const SA_T *vt = V + t * ldk + j0;
+#pragma GCC unroll 4
+            for (int c = 0; c < SA_QV4; c++) o[c] += p * LOAD(vt + c * SA_VL);
+        }
+#pragma GCC unroll 4
+        for (int c = 0; c < SA_QV4; c++) STORE(out + j0 + c * SA_VL, o[c] * inv);
+    }
+    for (; j0 < dv; j0 += SA_VL) {  /* the vectors left, one a pass */
+        VEC o = SA_FN(splat)(0);
+        for (t = 0; t < n; t++) o += SA_FN(splat)(s[t]) * LOAD(V + t * ldk + j0);
+        STORE(out + j0, o * inv);
+    }
+    for (int64_t j = dv; j < dh; j++) {  /* the columns left */
+        SA_T o = 0;
+        for (t = 0; t < n; t++) o += s[t] * V[t * ldk + j];
+        out[j] = o * inv;
+    }
 }
 
 /* y[j] = (r[j] +) act(b[j] + sum_t parts[t n + j]) for j0 <= j < j1: the T threads' partial products

@@ -274,6 +274,191 @@ static void SA_FN(sa_linear_q_xsum)(const SA_T *x, int64_t k, int64_t m, SA_T *x
         }
 }
 
+/* ---- int8 activations (QuantizedMatrix.activations == "int8"): x rounded to 8 bits a block of 32
+ * (reference.round_q8), then each block's x . w an integer dot product of the q of x and of W, as
+ * llama.cpp's vec_dot: per block x . w = d_x d_w (q_x . q_w) + c_w d_x sum(q_x). 32 bytes of q a
+ * block, one register: products u8 x s8 summed four at a time into int32 (VNNI's vpdpbusd, or
+ * vpmaddubsw then vpmaddwd: 15 x 127 x 2 and 128 x 127 x 2 stay within int16), converted and
+ * scaled by d_x d_w into float lanes. Q8_0's signed q_w: |q_w| times q_x with q_w's sign. */
+
+typedef float SA_FN(v8f) __attribute__((vector_size(32)));
+typedef float SA_FN(v8fu) __attribute__((vector_size(32), aligned(4)));  /* unaligned */
+typedef int32_t SA_FN(v8i) __attribute__((vector_size(32)));
+
+#if SA_X86 && SA_VBYTES > 16
+typedef __m256i SA_FN(qbytes);  /* a block's 32 q */
+static inline SA_FN(qbytes) SA_FN(sa_q8_w4)(const uint8_t *p) {  /* the u8 q of a 4-bit block, in order */
+    const __m128i b = _mm_loadu_si128((const __m128i *)p), low = _mm_set1_epi8(15);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), low), _mm_and_si128(b, low));
+}
+static inline SA_FN(qbytes) SA_FN(sa_q8_load)(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+/* lane l: sum over t < 4 of a[4 l + t] b[4 l + t], a u8, b s8 */
+static inline SA_FN(v8i) SA_FN(sa_q8_dot)(__m256i a, __m256i b) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return (SA_FN(v8i))_mm256_dpbusd_epi32(_mm256_setzero_si256(), a, b);
+#else
+    return (SA_FN(v8i))_mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
+#endif
+}
+static inline SA_FN(v8i) SA_FN(sa_q8_dot_signed)(__m256i w, __m256i x) {  /* w s8 too */
+    return SA_FN(sa_q8_dot)(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+}
+#else  /* generic: the bytes themselves, and the lanes' sums in plain C */
+typedef struct { uint8_t b[32]; } SA_FN(qbytes);
+static inline SA_FN(qbytes) SA_FN(sa_q8_w4)(const uint8_t *p) {
+    SA_FN(qbytes) q;
+    for (int t = 0; t < 16; t++) q.b[t] = p[t] & 15, q.b[t + 16] = p[t] >> 4;
+    return q;
+}
+static inline SA_FN(qbytes) SA_FN(sa_q8_load)(const void *p) {
+    SA_FN(qbytes) q;
+    memcpy(q.b, p, 32);
+    return q;
+}
+static inline SA_FN(v8i) SA_FN(sa_q8_dot)(SA_FN(qbytes) a, SA_FN(qbytes) b) {
+    SA_FN(v8i) s;
+    for (int l = 0; l < 8; l++) {
+        int32_t t = 0;
+        for (int i = 4 * l; i < 4 * l + 4; i++) t += (int32_t)a.b[i] * (int8_t)b.b[i];
+        s[l] = t;
+    }
+    return s;
+}
+static inline SA_FN(v8i) SA_FN(sa_q8_dot_signed)(SA_FN(qbytes) w, SA_FN(qbytes) x) {
+    SA_FN(v8i) s;
+    for (int l = 0; l < 8; l++) {
+        int32_t t = 0;
+        for (int i = 4 * l; i < 4 * l + 4; i++) t += (int32_t)(int8_t)w.b[i] * (int8_t)x.b[i];
+        s[l] = t;
+    }
+    return s;
+}
+#endif
+
+/* xq, xd, xs of the m rows of x (k a multiple of 32): per block of 32 values, with a = max |x|,
+ * q = rint(x (127 / a)) as int8 and d = a / 127, the float operations of reference.round_q8 (so the
+ * same q); xd[r nbp + i] = d, xs[r nbp + i] = d sum(q), rows nbp = k / 32 rounded up to SA_QCH apart
+ * (the caller zeroes the padding). A block of zeros has d = 0; one with a NaN or an infinity
+ * d = NaN, which makes every product it enters NaN, as the reference's are. */
+static void SA_FN(sa_quantize_q8)(const SA_T *x, int64_t k, int64_t m, int8_t *xq, SA_T *xd, SA_T *xs) {
+    const int64_t nb = k / 32, nbp = (nb + SA_QCH - 1) / SA_QCH * SA_QCH;
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t i = 0; i < nb; i++) {
+            const SA_T *b = x + r * k + i * 32;
+            int8_t *q = xq + r * k + i * 32;
+            SA_T a = 0;
+            int nan = 0;
+            for (int t = 0; t < 32; t++) {
+                const SA_T v = b[t] < 0 ? -b[t] : b[t];
+                nan |= !(v <= 3.40282347e38f);  /* NaN or inf */
+                a = v > a ? v : a;
+            }
+            int32_t sum = 0;
+            if (nan || a == 0) {
+                memset(q, 0, 32);
+            } else {
+                const SA_T inv = 127.0f / a;
+                for (int t = 0; t < 32; t++) {
+                    q[t] = (int8_t)rintf(b[t] * inv);  /* |b inv| <= 127 (rounded): no clamp needed */
+                    sum += q[t];
+                }
+            }
+            const SA_T d = nan ? NAN : a / 127.0f;
+            xd[r * nbp + i] = d;
+            xs[r * nbp + i] = d * (SA_T)sum;
+        }
+}
+
+/* The float16 at p (a block's d or m) as a float. */
+static inline SA_T SA_FN(sa_q8_half)(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+#if SA_X86 && SA_VBYTES > 16
+    return _cvtsh_ss(h);
+#else
+    return SA_FN(sa_half)(h);
+#endif
+}
+
+/* y[r, j + u] = round_q8(x[r]) . W[j + u] (+ b[j + u]) for the M rows r of x (xq, xd, xs of
+ * sa_quantize_q8; ld k) and the J rows u of W from row j (of n; ld ldw bytes). Each block's scales
+ * converted where it is read (one F16C conversion: a gather of many blocks' scales costs more than
+ * the integer product saves), the offsets c_w d_x sum(q_x) summed apart in scalars; the
+ * accumulators in registers, the next rows prefetched. */
+static inline __attribute__((always_inline)) void SA_FN(sa_q8_group)(const int kind, const int M, const int J,
+                                                                     const int8_t *xq, const SA_T *xd,
+                                                                     const SA_T *xs, int64_t k, const uint8_t *w,
+                                                                     int64_t ldw, int64_t n, const SA_T *b,
+                                                                     int64_t j, SA_T *y, int64_t ldy) {
+    const int bytes = SA_QBYTES(kind), head = kind == SA_Q4_1 ? 4 : 2;
+    const int64_t nb = k / 32, nbp = (nb + SA_QCH - 1) / SA_QCH * SA_QCH;
+    const uint8_t *wj = w + j * ldw;
+    const uint8_t *ahead = j + (SA_QPF + 1) * J <= n ? wj + SA_QPF * J * ldw : NULL;
+    SA_FN(v8f) acc[SA_QROWS][4];
+    SA_T off[SA_QROWS][4];
+#pragma GCC unroll 8
+    for (int r = 0; r < M; r++)
+#pragma GCC unroll 4
+        for (int u = 0; u < J; u++) acc[r][u] = (SA_FN(v8f)){0}, off[r][u] = 0;
+    for (int64_t i = 0; i < nb; i++) {
+#pragma GCC unroll 4
+        for (int u = 0; u < J; u++) {
+            const uint8_t *p = wj + u * ldw + i * bytes;
+            if (ahead) __builtin_prefetch(ahead + u * ldw + i * bytes);
+            const SA_T d = SA_FN(sa_q8_half)(p);
+            const SA_T c = kind == SA_Q4_1 ? SA_FN(sa_q8_half)(p + 2) : kind == SA_Q4_0 ? -8 * d : 0;
+            const SA_FN(qbytes) qw = kind == SA_Q8_0 ? SA_FN(sa_q8_load)(p + head) : SA_FN(sa_q8_w4)(p + head);
+#pragma GCC unroll 8
+            for (int r = 0; r < M; r++) {
+                const SA_FN(qbytes) qx = SA_FN(sa_q8_load)(xq + r * k + i * 32);
+                const SA_FN(v8i) s = kind == SA_Q8_0 ? SA_FN(sa_q8_dot_signed)(qw, qx) : SA_FN(sa_q8_dot)(qw, qx);
+                acc[r][u] += __builtin_convertvector(s, SA_FN(v8f)) * (d * xd[r * nbp + i]);
+                if (kind != SA_Q8_0) off[r][u] += c * xs[r * nbp + i];
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int u = 0; u < J; u++)
+#pragma GCC unroll 8
+        for (int r = 0; r < M; r++) {
+            SA_FN(v8f) v = acc[r][u];
+            const SA_T s = ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
+            y[r * ldy + j + u] = s + off[r][u] + (b ? b[j + u] : 0);
+        }
+}
+
+/* Rows j0 .. j1 of y = round_q8(x) W^T for M rows of x: groups of SA_QJ(M) rows of W, then one. */
+static inline __attribute__((always_inline)) void SA_FN(sa_q8_rows)(const int kind, const int M, const int8_t *xq,
+                                                                    const SA_T *xd, const SA_T *xs, int64_t k,
+                                                                    const uint8_t *w, int64_t ldw, int64_t n,
+                                                                    const SA_T *b, int64_t j0, int64_t j1, SA_T *y,
+                                                                    int64_t ldy) {
+    int64_t j = j0;
+    for (; j + SA_QJ(M) <= j1; j += SA_QJ(M))
+        SA_FN(sa_q8_group)(kind, M, SA_QJ(M), xq, xd, xs, k, w, ldw, n, b, j, y, ldy);
+    for (; j < j1; j++) SA_FN(sa_q8_group)(kind, M, 1, xq, xd, xs, k, w, ldw, n, b, j, y, ldy);
+}
+
+/* y[:m, j0:j1] = round_q8(x) W[j0:j1]^T (+ b), x given as sa_quantize_q8's xq, xd, xs; as
+ * sa_linear_q_rows otherwise. */
+static void SA_FN(sa_linear_q8_rows)(int kind, const int8_t *xq, const SA_T *xd, const SA_T *xs, int64_t k, int64_t m,
+                                     const uint8_t *w, int64_t ldw, int64_t n, const SA_T *b, int64_t j0, int64_t j1,
+                                     SA_T *y, int64_t ldy) {
+#define SA_QCASE(K, M) \
+    case (K) * SA_QROWS + (M) - 1: SA_FN(sa_q8_rows)(K, M, xq, xd, xs, k, w, ldw, n, b, j0, j1, y, ldy); break;
+#define SA_QCASES(K) \
+    SA_QCASE(K, 1) SA_QCASE(K, 2) SA_QCASE(K, 3) SA_QCASE(K, 4) SA_QCASE(K, 5) SA_QCASE(K, 6) SA_QCASE(K, 7) \
+    SA_QCASE(K, 8)
+    switch (kind * SA_QROWS + (int)m - 1) {
+        SA_QCASES(SA_Q8_0)
+        SA_QCASES(SA_Q4_0)
+        SA_QCASES(SA_Q4_1)
+        default: break;  /* the caller checks kind and m */
+    }
+#undef SA_QCASES
+#undef SA_QCASE
+}
+
 /* out[r] = the weights of W's row j0 + r (k of them), r < rows: reference.dequantize to the bit. The
  * products d q are exact in float (an fp16 d times an integer of at most 8 bits), so d q + m rounds
  * once, as the reference's does, whether or not the compiler contracts it into an FMA; Q4_0's

@@ -1,6 +1,7 @@
 """linear with W a QuantizedMatrix (GGUF blocks) on every backend against the reference in float64,
 X64 @ dequantize(blocks).T: the few-row kernel (linear_q) and numpy's matmul beyond it; and
 reference.dequantize against the gguf package, bit for bit."""
+import dataclasses
 import os
 import subprocess
 import sys
@@ -32,9 +33,12 @@ def roundings(k, kernel):
 
 
 def assert_close_q(actual, X, W, b, kernel):
-    """actual against X64 W64 (+ b) within the bound above; its dtype is the result's."""
+    """actual against X64 W64 (+ b) within the bound above; its dtype is the result's. For
+    W.activations "int8", X64 is reference.round_q8(X) (rounded in X's dtype, as the kernels do:
+    the same 8-bit q), the bound the same: the kernels' integer sums are exact, and d_x d_w and
+    the block's sum in float are two roundings where the reference's d_x q is one."""
     dtype = np.result_type(X, np.float32, *(() if b is None else (b,)))
-    X64, W64 = f64(X, W.dequantize())
+    X64, W64 = f64(ref.round_q8(X) if W.q8 else X, W.dequantize())
     blocks = W.blocks.reshape(W.shape[1], -1, W.block_bytes)
     no_q = blocks.copy()
     no_q[..., 4 if W.kind == "Q4_1" else 2:] = 0  # q = 0: the blocks' offsets alone (-8 d for Q4_0)
@@ -99,6 +103,53 @@ def test_linear_q_extreme_scales(any_backend, threads, rng, kind, m):
     assert_close_q(any_backend.linear(X, W), X, W, None, uses_kernel(any_backend, X))
 
 
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("lead, k, n", SHAPES)
+def test_linear_q_int8_activations_match_the_reference(any_backend, threads, rng, lead, k, n, kind):
+    """W.activations "int8": X rounded to 8 bits a block (reference.round_q8), then X W; the kernels'
+    integer products against it, a block of zeros and a block of one large value among them."""
+    W = QuantizedMatrix(kind, random_blocks(rng, kind, n, k), "int8")
+    X = rng.standard_normal(lead + (k,)).astype(np.float32)
+    X[..., :32] = 0
+    X[..., -32:] *= 1e-3
+    X[..., -1] = 1e4
+    b = rng.standard_normal(n).astype(np.float32) if n % 2 else None
+    assert_close_q(any_backend.linear(X, W, b), X, W, b, uses_kernel(any_backend, X))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("m", [1, 9])
+def test_linear_q_int8_activations_of_nan_and_inf(any_backend, rng, kind, m):
+    """A block of x holding a NaN or an inf makes that row's every output NaN (its scale is NaN),
+    as in the reference; the other rows are untouched."""
+    W = QuantizedMatrix(kind, random_blocks(rng, kind, 33, 96), "int8")
+    X = rng.standard_normal((m, 96)).astype(np.float32)
+    X[0, 40], X[-1, 95] = np.nan, -np.inf
+    y = any_backend.linear(X, W)
+    assert np.isnan(y[0]).all() and np.isnan(y[-1]).all()
+    assert np.isnan(ref.round_q8(X[:1]) @ W.dequantize()).all()
+    if m > 2:
+        assert_close_q(y[1:-1], X[1:-1], W, None, uses_kernel(any_backend, X))
+
+
+def test_round_q8_is_a_grid_of_255_steps_a_block(rng):
+    """round_q8: each block is q d with integer |q| <= 127, d = max |x| / 127, within d / 2 of x (in
+    x's dtype's rounding); zeros stay zeros; float64 and float32 alike; any leading shape."""
+    for dtype in (np.float32, np.float64):
+        X = (rng.standard_normal((3, 2, 128)) * np.exp(rng.uniform(-20, 20, (3, 2, 128)))).astype(dtype)
+        X[0, 0, :32] = 0
+        R = ref.round_q8(X)
+        assert R.dtype == dtype and R.shape == X.shape
+        blocks, rounded = X.reshape(-1, 32).astype(np.float64), R.reshape(-1, 32).astype(np.float64)
+        d = np.abs(blocks).max(-1, keepdims=True) / 127
+        q = np.divide(rounded, d, out=np.zeros_like(rounded), where=d > 0)
+        eps = np.finfo(dtype).eps
+        np.testing.assert_allclose(q, np.rint(q), atol=1e-3)
+        assert (np.abs(q) <= 127 + 1e-3).all()
+        assert (np.abs(rounded - blocks) <= d * (0.5 + 200 * eps)).all()
+        assert not R[0, 0, :32].any()
+
+
 def test_linear_q_out_float64_views_and_read_only_blocks(any_backend, rng, tmp_path):
     k, n = 576, 96
     blocks = random_blocks(rng, "Q4_1", n, k)
@@ -130,7 +181,9 @@ def test_quantized_matrix_is_its_blocks(rng):
     assert W.dequantize().shape == (64, 5) and W.dequantize().dtype == np.float32
     with pytest.raises(AttributeError):
         W.kind = "Q4_0"  # frozen
-    assert "Q8_0" in repr(W) and "(64, 5)" in repr(W)
+    assert "Q8_0" in repr(W) and "(64, 5)" in repr(W) and W.activations == "float32" and not W.q8
+    W8 = dataclasses.replace(W, activations="int8")
+    assert W8.q8 and W8.blocks is blocks and "int8" in repr(W8)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -156,9 +209,9 @@ def test_the_kernel_runs_for_a_few_float32_rows_only(backend, rng):
 
     seen = []
 
-    def spy(x, blocks, kind, b, out, has_bias, num_threads):
+    def spy(x, blocks, kind, b, out, has_bias, q8, num_threads):
         seen.append((x.shape, blocks, kind))
-        backend.KERNELS.linear_q(x, blocks, kind, b, out, has_bias, num_threads)
+        backend.KERNELS.linear_q(x, blocks, kind, b, out, has_bias, q8, num_threads)
 
     kernels = dataclasses.replace(backend.KERNELS, linear_q=spy)
     W = QuantizedMatrix("Q4_0", random_blocks(rng, "Q4_0", 40, 64))

@@ -9,7 +9,7 @@ import pytest
 
 import silkattn
 from silkattn import reference as ref
-from silkattn._testing import assert_matches
+from silkattn._testing import TOL_Q8, assert_matches
 
 pytest.importorskip("gguf", reason="the llm extra is not installed (pip install 'silkattn[llm]')")
 pytest.importorskip("tokenizers", reason="the llm extra is not installed (pip install 'silkattn[llm]')")
@@ -182,6 +182,32 @@ def test_fused_decode_step_matches_the_reference_and_the_ops(files, kind, on_bac
         assert_matches(fused[:, :, :, :p + 1], ops[:, :, :, :p + 1], np.float32)
 
 
+def q8_params(P):
+    """The int8 path's oracle: P with every product's matrix rounding its rows first (ref.RoundsQ8)."""
+    layers = [dict(p, attn=tuple(map(ref.RoundsQ8, p["attn"])), ffn=tuple(map(ref.RoundsQ8, p["ffn"])))
+              for p in P["layers"]]
+    return dict(P, layers=layers, out=ref.RoundsQ8(P["out"]))
+
+
+@pytest.mark.parametrize("kind", ["Q8_0", "Q4_0", "Q4_1", "gqa-q4"])
+def test_int8_activations_match_their_reference(files, kind, on_backend, threads):
+    """load(activations="int8"): a prefill (the kernel's few rows, then round_q8 and the GEMM's many)
+    and the decoding steps, fused and as ops, against reference.llama in float32 (round_q8 rounds in
+    its input's dtype, float32 in the kernels) with every product's rows rounded, within TOL_Q8."""
+    model = llama.load(files[kind], activations="int8")
+    assert all(W.q8 for L in model.layers for W in (L.wqkv, L.wo, L.wgu, L.wd)) and model.head.q8
+    P, ids = q8_params(model.params), [1, 70, 80, 90, 100, 3, 250, 7, 9, 40, 41, 42, 5, 6]
+    assert_matches(model.forward(ids[:11]), ref.llama(ids[:11], P), np.float32, TOL_Q8)
+    fused, ops = model.cache(len(ids)), model.cache(len(ids))
+    assert_matches(model._run(np.array(ids[:3]), fused, 0, last_only=False), ref.llama(ids[:3], P), np.float32,
+                   TOL_Q8)
+    model._run(np.array(ids[:3]), ops, 0)
+    for p in range(3, len(ids)):
+        logits = model._run(np.array(ids[p:p + 1]), fused, p)
+        assert_matches(logits[-1], ref.llama(ids[:p + 1], P)[-1], np.float32, TOL_Q8)
+        assert_matches(logits, model._run(np.array(ids[p:p + 1]), ops, p, fused=False), np.float32, TOL_Q8)
+
+
 def test_fused_layer_kernel_checks_its_shapes(files, any_backend):
     """The kernels' own checks (the last guard before C or Numba index the buffers): a K/V cache,
     a scratch buffer or blocks of the wrong size, or a position past the cache, is a ValueError."""
@@ -195,14 +221,15 @@ def test_fused_layer_kernel_checks_its_shapes(files, any_backend):
     cos, sin = np.ones(c.d_head // 2, np.float32), np.zeros(c.d_head // 2, np.float32)
 
     def call(**change):
-        a = dict(x=x, wqkv=L.wqkv.blocks, K=cache[0, 0], V=cache[0, 1], pos=3, scratch=model._scratch(8))
+        a = dict(x=x, wqkv=L.wqkv.blocks, K=cache[0, 0], V=cache[0, 1], pos=3, scratch=model._scratch(8), q8=False)
         a.update(change)
         kernel(a["x"], L.attn_norm, L.ffn_norm, a["wqkv"], L.wqkv.code, L.wo.blocks, L.wo.code, L.wgu.blocks,
-               L.wgu.code, L.wd.blocks, L.wd.code, a["K"], a["V"], a["pos"], cos, sin, c.h, c.eps,
+               L.wgu.code, L.wd.blocks, L.wd.code, a["q8"], a["K"], a["V"], a["pos"], cos, sin, c.h, c.eps,
                *a["scratch"], 1)
 
     call()
-    bad = [dict(pos=8), dict(pos=-1), dict(K=model.cache(4)[0, 0]), dict(V=model.cache(9)[0, 1]),
+    call(q8=True)
+    bad = [dict(pos=8), dict(pos=8, q8=True), dict(pos=-1), dict(K=model.cache(4)[0, 0]), dict(V=model.cache(9)[0, 1]),
            dict(wqkv=L.wqkv.blocks[:-1]), dict(x=np.ones(c.d + 32, np.float32)),
            dict(scratch=model._scratch(4))]
     for change in bad:

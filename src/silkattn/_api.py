@@ -20,27 +20,28 @@ result array they may write. The kernel contract (the same for every backend):
     linear(x, w, b, out, transposed, has_bias, num_threads)
                                                          out = x w (+ b), x: (m, k) with m <= LINEAR_ROWS,
                                                          w: (k, n), or (n, k) if transposed (out = x w^T)
-    linear_q(x, blocks, kind, b, out, has_bias, num_threads)
+    linear_q(x, blocks, kind, b, out, has_bias, q8, num_threads)
                                                          linear's out = x W (+ b) for W a silkattn.quant.
                                                          QuantizedMatrix: float32 x: (m, k), m <= LINEAR_ROWS;
                                                          blocks: uint8 (n, k / 32 * block bytes), the GGUF
                                                          blocks of W^T (reference.dequantize), kind their
                                                          code (0 Q8_0, 1 Q4_0, 2 Q4_1: quant.KINDS); out:
-                                                         (m, n) float32; b: (n,) float32
+                                                         (m, n) float32; b: (n,) float32; q8: x is taken as
+                                                         reference.round_q8(x) (W.activations "int8")
     dequantize(blocks, kind, j0, out, num_threads)      out (rows, k) float32 = reference.dequantize of
                                                          blocks[j0 : j0 + rows] (blocks as linear_q's)
-    llama_layer(x, attn_norm, ffn_norm, wqkv, kqkv, wo, ko, wgu, kgu, wd, kd, K, V, pos, cos, sin, h,
-                eps, qkv, a, hn, gu, scores, num_threads)
+    llama_layer(x, attn_norm, ffn_norm, wqkv, kqkv, wo, ko, wgu, kgu, wd, kd, q8, K, V, pos, cos, sin,
+                h, eps, qkv, a, hn, gu, scores, num_threads)
                                                          one token through one Llama layer, in place on
                                                          the residual x (d,) float32; the w* are blocks
-                                                         (n, bytes) of kind k*, as linear_q's; K, V:
+                                                         (n, bytes) of kind k*, as linear_q's (q8 too); K, V:
                                                          (h_kv, capacity, d_head) the layer's cache, this
                                                          token's K and V written at row pos; cos, sin
                                                          (d_head / 2,) its rotary row; h query heads;
                                                          scratch (float32, C-contiguous): qkv ((h + 2 h_kv)
                                                          d_head,), a (h d_head,), hn (max(d, d_ff),),
                                                          gu (2 d_ff,), scores (h, capacity). See
-                                                         _api.llama_layer for the arithmetic.
+                                                         models.llama.Llama._run for the arithmetic.
     block_layer(x, ln1_g, ln1_b, lnc_g, lnc_b, ln2_g, ln2_b, wqkv, wo, wcq, wco, w1, b1, w2, b2, K, V, pos,
                 Km, Vm, keep, h, post_norm, has_cross, eps, qkv, a, hn, f, scores, num_threads)
                                                          one token through one of the listing's decoder
@@ -240,7 +241,8 @@ _NO_BIAS = {dtype: np.zeros(1, dtype) for dtype in FLOATS}
 
 def linear_q(kernels, X, W, b, out):
     """linear with W a QuantizedMatrix, in np.result_type(X, float32) (b's dtype too, as for a float
-    W): a few float32 rows run the backend's linear_q kernel on W's blocks; more float32 rows take
+    W), of X or, for W.activations "int8", of reference.round_q8(X): a few float32 rows run the
+    backend's linear_q kernel on W's blocks (integer products for int8); more float32 rows take
     numpy's GEMM on W dequantized a panel at a time (the backend's dequantize kernel, never the
     whole matrix); float64, or a backend without those kernels, numpy's matmul with W.dequantize()."""
     X = as_float_array(X, "X")
@@ -255,15 +257,18 @@ def linear_q(kernels, X, W, b, out):
         b = _along_last_axis(b, n, dtype, "b")
     out = check_out(out, X.shape[:-1] + (n,), dtype, [X, W.blocks])
     rows = X.size // k if k else 0
-    if kernels.dequantize is not None and dtype == np.float32 and rows > LINEAR_ROWS and n:
-        return _linear_q_panels(kernels, X.astype(dtype, copy=False), W, b, out)
-    if kernels.linear_q is None or dtype != np.float32 or not 0 < rows <= LINEAR_ROWS or not n:
-        np.matmul(X.astype(dtype, copy=False), W.dequantize(), out=out)  # in the result's dtype (b's too)
-        if b is not None:
-            out += b
+    if kernels.linear_q is not None and dtype == np.float32 and 0 < rows <= LINEAR_ROWS and n:
+        kernels.linear_q(_rows(X), W.blocks, W.code, _NO_BIAS[dtype] if b is None else b, out.reshape(-1, n),
+                         b is not None, W.q8, threads_for(k * n, LINEAR_WORK))
         return out
-    kernels.linear_q(_rows(X), W.blocks, W.code, _NO_BIAS[dtype] if b is None else b, out.reshape(-1, n),
-                     b is not None, threads_for(k * n, LINEAR_WORK))
+    X = X.astype(dtype, copy=False)
+    if W.q8 and X.size:
+        X = ref.round_q8(X)  # what the kernels' integer products see
+    if kernels.dequantize is not None and dtype == np.float32 and rows > LINEAR_ROWS and n:
+        return _linear_q_panels(kernels, X, W, b, out)
+    np.matmul(X, W.dequantize(), out=out)  # in the result's dtype (b's too)
+    if b is not None:
+        out += b
     return out
 
 

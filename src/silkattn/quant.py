@@ -9,6 +9,7 @@ import numpy as np
 from . import reference as ref
 
 KINDS = tuple(ref.QUANT_BYTES)  # the block types; a kind's index is its code in the kernel contract
+ACTIVATIONS = ("float32", "int8")  # what a product with the matrix does to X first (QuantizedMatrix)
 BLOCK = 32  # weights a block
 
 
@@ -20,10 +21,18 @@ class QuantizedMatrix:
     blocks of W's column j, exactly as a GGUF file stores an (n, k) matrix (a read-only memory map
     of the file will do: it is never copied). W's shape is (k, n), so ops.linear(X, W) is X W as
     for a float W of that shape: the file's (out, in) matrix applied to rows of X.
+
+    activations: what ops.linear(X, W) multiplies. "float32": X as it is. "int8": round_q8(X)
+    (silkattn.reference: X a block of 32 at a time as 8-bit integers times a scale), as llama.cpp's
+    dot products take their activations, so that the kernels multiply bytes by bytes (integer
+    dot-product instructions) instead of converting every weight to float; a slightly different
+    product, measured in perplexity (bench/perplexity.py). dataclasses.replace(W, activations=...)
+    shares the blocks.
     """
 
     kind: str
     blocks: np.ndarray
+    activations: str = "float32"
 
     def __post_init__(self):
         if not isinstance(self.kind, str):
@@ -42,16 +51,26 @@ class QuantizedMatrix:
                              f"got rows of {b.shape[1]} bytes")
         if not b.flags.c_contiguous:
             raise ValueError("blocks must be C-contiguous (as the file stores them)")
+        if not isinstance(self.activations, str):
+            raise TypeError(f"activations must be a str, one of {', '.join(ACTIVATIONS)}, "
+                            f"got {type(self.activations).__name__}")
+        if self.activations not in ACTIVATIONS:
+            raise ValueError(f"activations must be one of {', '.join(ACTIVATIONS)}, got {self.activations!r}")
 
     @classmethod
-    def from_blocks(cls, kind, blocks):
+    def from_blocks(cls, kind, blocks, activations="float32"):
         """The matrix of `blocks` (checked, not copied): e.g. from_blocks(t.tensor_type.name, t.data)
         for a tensor t of the gguf package's reader."""
-        return cls(kind, blocks)
+        return cls(kind, blocks, activations)
 
     @property
     def block_bytes(self):
         return ref.QUANT_BYTES[self.kind]
+
+    @property
+    def q8(self):
+        """True when products round X to 8 bits first (activations "int8")."""
+        return self.activations == "int8"
 
     @property
     def code(self):
@@ -81,4 +100,4 @@ class QuantizedMatrix:
         return ref.dequantize(self.blocks, self.kind).T
 
     def __repr__(self):
-        return f"QuantizedMatrix({self.kind}, shape={self.shape}, {self.nbytes} bytes)"
+        return f"QuantizedMatrix({self.kind}, shape={self.shape}, {self.nbytes} bytes, {self.activations} activations)"

@@ -411,3 +411,26 @@ def dequantize(blocks, kind):  # blocks: uint8 (rows, nblocks * block bytes) -> 
         else:
             w = d * q.astype(np.float32) + b[..., 2:4].view("<f2").astype(np.float32)
     return w.reshape(rows, 32 * nblocks)
+
+
+def round_q8(x):  # x: (..., 32 nblocks) -> the same shape and dtype
+    """x as integer dot products see it (llama.cpp's 8-bit activations), a block of 32 at a time:
+    with a = max |x| over the block, x ~ d q, q = rint(x (127 / a)) in int8 and d = a / 127, each
+    step rounded in x's dtype. A block of zeros stays zero; one holding a NaN or an inf is all NaN."""
+    blocks = x.reshape(*x.shape[:-1], -1, 32)
+    a = np.abs(blocks).max(-1, keepdims=True)  # (..., nblocks, 1); NaN if the block holds one
+    a = np.where(np.isfinite(a), a, x.dtype.type(np.nan))
+    inv = x.dtype.type(127) / np.where(a == 0, x.dtype.type(1), a)
+    return (np.rint(blocks * inv) * (a / x.dtype.type(127))).reshape(x.shape)
+
+
+class RoundsQ8:  # W whose products round their rows first: X @ RoundsQ8(W) = round_q8(X) @ W
+    """A matrix that multiplies as a QuantizedMatrix with activations "int8" does: reference.llama on
+    params holding these instead of float matrices is the int8 path's oracle."""
+    __array_ufunc__ = None  # numpy's X @ self then defers to __rmatmul__
+
+    def __init__(self, W):
+        self.W = W
+
+    def __rmatmul__(self, X):
+        return round_q8(X) @ self.W

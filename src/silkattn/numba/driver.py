@@ -188,12 +188,12 @@ def linear(x, w, b, out, transposed, has_bias, num_threads):
         out += b
 
 
-def linear_q(x, blocks, kind, b, out, has_bias, num_threads):
-    """The kernel contract's linear_q (see linear_q.py); its inputs read-only (a memory map as the
-    plain array it is): one compiled signature."""
+def linear_q(x, blocks, kind, b, out, has_bias, q8, num_threads):
+    """The kernel contract's linear_q (see linear_q.py; q8: linear_q8_rows); its inputs read-only (a
+    memory map as the plain array it is): one compiled signature."""
     nthreads = _use_threads(num_threads)
-    _linear_q.linear_q_rows(_read_only(x), _read_only(np.asarray(blocks)), int(kind), _read_only(b),
-                            bool(has_bias), out, nthreads)
+    rows = _linear_q.linear_q8_rows if q8 else _linear_q.linear_q_rows
+    rows(_read_only(x), _read_only(np.asarray(blocks)), int(kind), _read_only(b), bool(has_bias), out, nthreads)
 
 
 def dequantize(blocks, kind, j0, out, num_threads):
@@ -212,8 +212,8 @@ def dequantize(blocks, kind, j0, out, num_threads):
     _linear_q.dequantize_rows(_read_only(blocks), kind, j0, out, nthreads)
 
 
-def llama_layer(x, attn_norm, ffn_norm, wqkv, kqkv, wo, ko, wgu, kgu, wd, kd, K, V, pos, cos, sin, h, eps,
-                qkv, a, hn, gu, scores, num_threads):
+def llama_layer(x, attn_norm, ffn_norm, wqkv, kqkv, wo, ko, wgu, kgu, wd, kd, q8, K, V, pos, cos, sin, h,
+                eps, qkv, a, hn, gu, scores, num_threads):
     """The kernel contract's llama_layer (see llama_layer.py): one call of the compiled layer, its
     operands' shapes checked against each other first (as kernels/llama_layer.pyx checks them: all
     that keeps the kernel within its arrays). What it only reads goes in read-only, and x, a and hn
@@ -245,7 +245,7 @@ def llama_layer(x, attn_norm, ffn_norm, wqkv, kqkv, wo, ko, wgu, kgu, wd, kd, K,
     nthreads = _use_threads(num_threads)
     ro = _read_only
     _llama_layer.llama_layer(x, ro(x), ro(attn_norm), ro(ffn_norm), ro(wqkv), kqkv, ro(wo), ko, ro(wgu),
-                             kgu, ro(wd), kd, K, V, pos, ro(cos), ro(sin), h, float(eps), qkv, a, ro(a), hn,
+                             kgu, ro(wd), kd, bool(q8), K, V, pos, ro(cos), ro(sin), h, float(eps), qkv, a, ro(a), hn,
                              ro(hn), gu, scores, nthreads)
 
 

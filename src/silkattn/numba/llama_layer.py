@@ -46,7 +46,7 @@ from ._simd import (
     vsum4,
     vwidth,
 )
-from .linear_q import BLOCK_BYTES, linear_q_rows
+from .linear_q import BLOCK_BYTES, linear_q8_rows, linear_q_rows
 from .silu_mul import _silu_mul
 
 
@@ -270,12 +270,20 @@ def _gate(gu, dff, out):
 
 
 @numba.njit(nogil=True, cache=CACHE, fastmath=FASTMATH)
-def llama_layer(x, xr, attn_norm, ffn_norm, wqkv, kqkv, wo, ko, wgu, kgu, wd, kd, K, V, pos, cos, sin, h,
+def _product(q8, x, w, kind, b, has_bias, out, nthreads):  # linear_q_rows, or with q8 linear_q8_rows
+    if q8:
+        linear_q8_rows(x, w, kind, b, has_bias, out, nthreads)
+    else:
+        linear_q_rows(x, w, kind, b, has_bias, out, nthreads)
+
+
+@numba.njit(nogil=True, cache=CACHE, fastmath=FASTMATH)
+def llama_layer(x, xr, attn_norm, ffn_norm, wqkv, kqkv, wo, ko, wgu, kgu, wd, kd, q8, K, V, pos, cos, sin, h,
                 eps, qkv, a, ar, hn, hnr, gu, scores, nthreads):
     """One token through one Llama layer, in place on x (d,): the module docstring's steps. xr, ar and
     hnr: read-only views of x, a and hn (the products' operands, see the module docstring); the
     other operands as the kernel contract's (silkattn._api): the blocks w* of kinds k* (n, bytes) as
-    linear_q_rows's, K and V (h_kv, capacity, d_head), cos and sin (d_head / 2,) position pos's
+    linear_q_rows's (q8: every product takes its x rounded to 8 bits, linear_q8_rows), K and V (h_kv, capacity, d_head), cos and sin (d_head / 2,) position pos's
     rotary row, the scratch qkv, a, hn, gu and scores (at least their sizes; d_ff is W_d's k). The
     shapes are not checked here: driver.llama_layer checks them."""
     d = x.shape[0]
@@ -284,7 +292,7 @@ def llama_layer(x, xr, attn_norm, ffn_norm, wqkv, kqkv, wo, ko, wgu, kgu, wd, kd
     nqkv = (h + 2 * h_kv) * dh
     bias, none = pos >= 0, pos < 0  # True and False, not as literals: linear_q_rows's one signature
     _rms_norm(x, attn_norm, eps, hn)
-    linear_q_rows(hnr[:d].reshape(1, d), wqkv, kqkv, xr, none, qkv[:nqkv].reshape(1, nqkv), nthreads)
+    _product(q8, hnr[:d].reshape(1, d), wqkv, kqkv, xr, none, qkv[:nqkv].reshape(1, nqkv), nthreads)
     _rope(qkv, h + h_kv, dh, cos, sin)
     for g in range(h_kv):
         for i in range(dh):
@@ -292,8 +300,8 @@ def llama_layer(x, xr, attn_norm, ffn_norm, wqkv, kqkv, wo, ko, wgu, kgu, wd, kd
             V[g, pos, i] = qkv[(h + h_kv + g) * dh + i]
     _attend(qkv, K.reshape(-1), V.reshape(-1), cap * dh, dh, dh, pos + 1, h, h // h_kv, np.empty(0, np.uint8),
             none, scores, a, nthreads)
-    linear_q_rows(ar[:h * dh].reshape(1, h * dh), wo, ko, xr, bias, x.reshape(1, d), nthreads)
+    _product(q8, ar[:h * dh].reshape(1, h * dh), wo, ko, xr, bias, x.reshape(1, d), nthreads)
     _rms_norm(x, ffn_norm, eps, hn)
-    linear_q_rows(hnr[:d].reshape(1, d), wgu, kgu, xr, none, gu[:2 * dff].reshape(1, 2 * dff), nthreads)
+    _product(q8, hnr[:d].reshape(1, d), wgu, kgu, xr, none, gu[:2 * dff].reshape(1, 2 * dff), nthreads)
     _gate(gu, dff, hn)
-    linear_q_rows(hnr[:dff].reshape(1, dff), wd, kd, xr, bias, x.reshape(1, d), nthreads)
+    _product(q8, hnr[:dff].reshape(1, dff), wd, kd, xr, bias, x.reshape(1, d), nthreads)
