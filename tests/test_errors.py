@@ -239,8 +239,8 @@ QUANT_BAD = [
     ("blocks_part_block", "Q4_1", np.zeros((2, 41), np.uint8), ValueError, "whole Q4_1 blocks of 20 bytes"),
     ("blocks_q8_row", "Q8_0", np.zeros((2, 40), np.uint8), ValueError, "whole Q8_0 blocks of 34 bytes"),
     ("blocks_strided", "Q4_1", np.zeros((2, 80), np.uint8)[:, ::2], ValueError, "C-contiguous"),
-    ("activations_q8", "Q4_1", np.zeros((2, 40), np.uint8), ValueError, "activations must be one of float32, int8",
-     "q8"),
+    ("activations_q8", "Q4_1", np.zeros((2, 40), np.uint8), ValueError,
+     "activations must be one of float32, int8", "q8"),
     ("activations_bool", "Q4_1", np.zeros((2, 40), np.uint8), TypeError, "activations must be a str", True),
 ]
 

@@ -199,8 +199,8 @@ def test_int8_activations_match_their_reference(files, kind, on_backend, threads
     P, ids = q8_params(model.params), [1, 70, 80, 90, 100, 3, 250, 7, 9, 40, 41, 42, 5, 6]
     assert_matches(model.forward(ids[:11]), ref.llama(ids[:11], P), np.float32, TOL_Q8)
     fused, ops = model.cache(len(ids)), model.cache(len(ids))
-    assert_matches(model._run(np.array(ids[:3]), fused, 0, last_only=False), ref.llama(ids[:3], P), np.float32,
-                   TOL_Q8)
+    prefill = model._run(np.array(ids[:3]), fused, 0, last_only=False)
+    assert_matches(prefill, ref.llama(ids[:3], P), np.float32, TOL_Q8)
     model._run(np.array(ids[:3]), ops, 0)
     for p in range(3, len(ids)):
         logits = model._run(np.array(ids[p:p + 1]), fused, p)
@@ -221,7 +221,8 @@ def test_fused_layer_kernel_checks_its_shapes(files, any_backend):
     cos, sin = np.ones(c.d_head // 2, np.float32), np.zeros(c.d_head // 2, np.float32)
 
     def call(**change):
-        a = dict(x=x, wqkv=L.wqkv.blocks, K=cache[0, 0], V=cache[0, 1], pos=3, scratch=model._scratch(8), q8=False)
+        a = dict(x=x, wqkv=L.wqkv.blocks, K=cache[0, 0], V=cache[0, 1], pos=3, scratch=model._scratch(8),
+                 q8=False)
         a.update(change)
         kernel(a["x"], L.attn_norm, L.ffn_norm, a["wqkv"], L.wqkv.code, L.wo.blocks, L.wo.code, L.wgu.blocks,
                L.wgu.code, L.wd.blocks, L.wd.code, a["q8"], a["K"], a["V"], a["pos"], cos, sin, c.h, c.eps,
@@ -229,7 +230,8 @@ def test_fused_layer_kernel_checks_its_shapes(files, any_backend):
 
     call()
     call(q8=True)
-    bad = [dict(pos=8), dict(pos=8, q8=True), dict(pos=-1), dict(K=model.cache(4)[0, 0]), dict(V=model.cache(9)[0, 1]),
+    bad = [dict(pos=8), dict(pos=8, q8=True), dict(pos=-1), dict(K=model.cache(4)[0, 0]),
+           dict(V=model.cache(9)[0, 1]),
            dict(wqkv=L.wqkv.blocks[:-1]), dict(x=np.ones(c.d + 32, np.float32)),
            dict(scratch=model._scratch(4))]
     for change in bad:

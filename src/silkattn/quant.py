@@ -100,4 +100,5 @@ class QuantizedMatrix:
         return ref.dequantize(self.blocks, self.kind).T
 
     def __repr__(self):
-        return f"QuantizedMatrix({self.kind}, shape={self.shape}, {self.nbytes} bytes, {self.activations} activations)"
+        return (f"QuantizedMatrix({self.kind}, shape={self.shape}, {self.nbytes} bytes, "
+                f"{self.activations} activations)")

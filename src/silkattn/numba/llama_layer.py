@@ -283,7 +283,8 @@ def llama_layer(x, xr, attn_norm, ffn_norm, wqkv, kqkv, wo, ko, wgu, kgu, wd, kd
     """One token through one Llama layer, in place on x (d,): the module docstring's steps. xr, ar and
     hnr: read-only views of x, a and hn (the products' operands, see the module docstring); the
     other operands as the kernel contract's (silkattn._api): the blocks w* of kinds k* (n, bytes) as
-    linear_q_rows's (q8: every product takes its x rounded to 8 bits, linear_q8_rows), K and V (h_kv, capacity, d_head), cos and sin (d_head / 2,) position pos's
+    linear_q_rows's (q8: every product takes its x rounded to 8 bits, linear_q8_rows), K and V
+    (h_kv, capacity, d_head), cos and sin (d_head / 2,) position pos's
     rotary row, the scratch qkv, a, hn, gu and scores (at least their sizes; d_ff is W_d's k). The
     shapes are not checked here: driver.llama_layer checks them."""
     d = x.shape[0]
