@@ -11,7 +11,9 @@
  * the accumulators in registers: the row count and the block type are compile-time constants of
  * each of the 24 loops of sa_linear_q_rows' switch. Scales are converted 16 at a time (one gather,
  * F16C) into a buffer the products broadcast them from (a load, not a shuffle), and the next rows
- * are prefetched: with J rows a pass, the hardware prefetcher alone falls behind on a big W. */
+ * are prefetched: with J rows a pass, the hardware prefetcher alone falls behind on a big W.
+ * With int8 activations (QuantizedMatrix.activations, reference.round_q8) x is first rounded to
+ * 8-bit q a block, and each block's product is an integer one (sa_q8_group, below). */
 #include "quant_blocks.h"
 #include "tmpl_simd.h"
 #if SA_TBYTES == 4

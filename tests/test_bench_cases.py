@@ -122,3 +122,20 @@ def test_the_blocked_reference_gives_the_references_answer(monkeypatch, case):
     whole = specs.build("numpy", small).run()
     monkeypatch.setattr(specs, "REFERENCE_BUDGET", 64)
     np.testing.assert_allclose(specs.build("numpy", small).run(), whole, rtol=1e-12, atol=1e-13)
+
+
+def test_llm_summary_has_a_section_per_kind_of_activations():
+    """The LLM cases run silkattn with float32 and int8 activations: the summary gives each kind its
+    own decode figures and ratios (the int8 cases' rivals are llama.cpp alone) and its own peaks."""
+    import silkattn._bench as bench
+    cases = [dict(op="llm", model="m", prompt=256, new=new, dtype="float32", activations=a)
+             for a in ("float32", "int8") for new in (1, 128)]
+    res = {1: {"cython": [0.7, 2.3, 0.72, 2.0], "llama.cpp": [1.5, 3.0, 1.5, 3.0],
+               "transformers": [0.7, 8.0, None, None], "copy": 14.0}}
+    peaks = {"float32": {"cython": 214.0}, "int8": {"cython": 209.0}}
+    text = bench.llm(cases, res, ["cython", "llama.cpp", "transformers"], peaks)
+    float32, int8 = text.split("int8 activations in silkattn's products")
+    assert "float32 activations" in float32 and "cython / transformers" in float32
+    assert "decode 1.07x the time per token" in float32.split("cython / llama.cpp")[1]  # 1.6 / 1.5
+    assert "cython / transformers" not in int8 and "decode 0.85x" in int8.split("cython / llama.cpp")[1]
+    assert "cython 214 MiB" in float32 and "cython 209 MiB" in int8

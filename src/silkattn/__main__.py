@@ -195,7 +195,9 @@ def bench(args):
     print(_bench.bert(cases, results, contenders))
     llm_cases = [c for c in cases if c["op"] == "llm"]
     if llm_cases:
-        peaks = _bench.peak_memory(llm_cases[-1], contenders, pythons) if args.full else None
+        last = {c.get("activations", "float32"): c for c in llm_cases}  # each kind's new=128 case
+        peaks = ({a: _bench.peak_memory(c, contenders, pythons) for a, c in last.items()} if args.full
+                 else None)
         print(_bench.llm(cases, results, contenders, peaks))
     mib = None
     if args.full and not args.match:

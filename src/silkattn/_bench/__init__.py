@@ -52,24 +52,37 @@ def peak_memory(case, contenders, pythons=None, threads=1):
     included), for contenders with a call for it."""
     pythons = pythons or {}
     rivals = OPS[case["op"]].rivals
-    return {name: _run_worker(pythons.get(name, sys.executable),
-                              dict(contender=name, threads=threads, cases=[case], peak=True))["peak_mib"]
-            for name in contenders if name != "numpy" and (name not in RIVALS or name in rivals)}
+    peaks = {name: _run_worker(pythons.get(name, sys.executable),
+                               dict(contender=name, threads=threads, cases=[case], peak=True))["peak_mib"]
+             for name in contenders if name != "numpy" and (name not in RIVALS or name in rivals)}
+    return {name: mib for name, mib in peaks.items() if mib is not None}  # None: no call for the case
 
 
 def llm(cases, results, contenders, peaks=None):
+    """llm_group for each kind of activations the LLM cases have (peaks: {activations: {contender:
+    MiB}})."""
+    groups = {}
+    for i, c in enumerate(cases):
+        if c["op"] == "llm":
+            groups.setdefault(c.get("activations", "float32"), {})[c.get("new")] = i
+    return "\n".join(llm_group(cases, index, results, contenders, (peaks or {}).get(activations))
+                     for activations, index in groups.items())
+
+
+def llm_group(cases, index, results, contenders, peaks=None):
     """Per thread count and contender: prefill (the new=1 case) and decode (the difference between
     new=128 and new=1, per token) in tokens/s, the bytes a decoding step reads (the weights as that
     contender holds them: cases.LLM_READS) against numpy's copy rate in the same run; ratios to
-    transformers, and silkattn's to the other rivals (llama.cpp, onnxruntime); peak resident memory."""
-    index = {c.get("new"): i for i, c in enumerate(cases) if c["op"] == "llm"}
+    transformers, and silkattn's to the other rivals (llama.cpp, onnxruntime); peak resident memory.
+    index: {new tokens: the case's index} for one kind of activations."""
     if 1 not in index or len(index) < 2:
         return ""
     from .cases import LLM_READS, llm_bytes_per_token
     many = max(index)
     c = cases[index[many]]
     mbs = {kind: b / 1e6 for kind, b in llm_bytes_per_token(c).items()}
-    lines = [f"LLM {c['model']}: prompt {c['prompt']} tokens, then {many} greedy (EOS ignored); "
+    lines = [f"LLM {c['model']}, {c.get('activations', 'float32')} activations in silkattn's products: "
+             f"prompt {c['prompt']} tokens, then {many} greedy (EOS ignored); "
              f"a step reads >= {mbs['blocks']:.0f} MB with the file's blocks (silkattn; llama.cpp "
              f"{mbs['blocks, f16 cache']:.0f} MB with its float16 cache), {mbs['float32']:.0f} MB in float32 "
              f"(transformers), {mbs['int8']:.0f} MB with int8 matrices (onnxruntime), weights + cache; "

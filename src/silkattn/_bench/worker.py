@@ -114,8 +114,10 @@ def main(spec):
         print(json.dumps({"memory_mib": extra_memory(cases, builder, spec["cases"][0])}))
         return
     if spec.get("peak"):  # the whole process's peak resident memory over one call (a model's load included)
-        cases.build(builder, spec["cases"][0]).run()
-        print(json.dumps({"peak_mib": _status_kib("VmHWM") / 1024}))
+        call = cases.build(builder, spec["cases"][0])
+        if call is not None:
+            call.run()
+        print(json.dumps({"peak_mib": None if call is None else _status_kib("VmHWM") / 1024}))
         return
     budget = dict(min_time=spec.get("min_time", 0.25), min_reps=3 if spec.get("min_time", 0.25) < 0.1 else 5)
     if builder == "numpy":  # the reference is 2-100x slower: fewer repeats
