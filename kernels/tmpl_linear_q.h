@@ -21,6 +21,7 @@
 #ifndef SA_QV
 #define SA_QV (32 / SA_VL)  /* vectors of a block's 32 weights */
 #define SA_QPF 2            /* passes (of J rows of W) the prefetches run ahead */
+#define SA_QLOC 1           /* prefetch hint 1: into L2 (prefetcht2), not L1, leaving the L1 its miss buffers */
 /* the rows of W in flight per pass for M rows of x: at most 16 accumulators on AVX-512's 32
  * registers, 8 on AVX2's 16 */
 #define SA_QJ(M) ((M) <= 2 ? 4 : (M) <= 4 ? (SA_VBYTES == 64 ? 4 : 2) : (SA_VBYTES == 64 ? 2 : 1))
@@ -191,7 +192,7 @@ static inline __attribute__((always_inline)) void SA_FN(sa_q_group)(const int ki
 #pragma GCC unroll 4
             for (int u = 0; u < J; u++) {
                 const uint8_t *p = wj + u * ldw + i * bytes;
-                if (ahead) __builtin_prefetch(ahead + u * ldw + i * bytes);
+                if (ahead) __builtin_prefetch(ahead + u * ldw + i * bytes, 0, SA_QLOC);
                 const VEC dv = SA_FN(sa_qsplat)(d[u][ib]);
                 VEC q[SA_QV];
                 if (kind == SA_Q8_0)
@@ -406,7 +407,7 @@ static inline __attribute__((always_inline)) void SA_FN(sa_q8_group)(const int k
 #pragma GCC unroll 4
         for (int u = 0; u < J; u++) {
             const uint8_t *p = wj + u * ldw + i * bytes;
-            if (ahead) __builtin_prefetch(ahead + u * ldw + i * bytes);
+            if (ahead) __builtin_prefetch(ahead + u * ldw + i * bytes, 0, SA_QLOC);
             const SA_T d = SA_FN(sa_q8_half)(p);
             const SA_T c = kind == SA_Q4_1 ? SA_FN(sa_q8_half)(p + 2) : kind == SA_Q4_0 ? -8 * d : 0;
             const SA_FN(qbytes) qw = kind == SA_Q8_0 ? SA_FN(sa_q8_load)(p + head) : SA_FN(sa_q8_w4)(p + head);

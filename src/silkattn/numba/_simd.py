@@ -257,7 +257,8 @@ else:
     @intrinsic
     def vprefetch(typingctx, a, i):
         """A hint to bring the cache line of a[i] (1-D C array) into the caches: a software prefetch
-        (prefetcht0 on x86), which never faults (any i)."""
+        into L2 (prefetcht2 on x86: not L1, whose few miss buffers the loads need), which never
+        faults (any i)."""
         if not isinstance(a, types.Array):
             return None
 
@@ -265,10 +266,10 @@ else:
             i8, i32 = ir.IntType(8), ir.IntType(32)
             ptr = builder.bitcast(_vptr(context, builder, sig.args[0], args[0], args[1], sig.args[1],
                                         context.get_value_type(sig.args[0].dtype)), ir.PointerType(i8))
-            # (read, highest locality, data cache); the name LLVM 14 spells, which later ones upgrade
+            # (read, locality 1, data cache); the name LLVM 14 spells, which later ones upgrade
             fnty = ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32])
             fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
-            builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+            builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 1), ir.Constant(i32, 1)])
             return context.get_dummy_value()
         return types.none(a, i), codegen
 
