@@ -11,4 +11,19 @@ enum { SA_Q8_0 = 0, SA_Q4_0 = 1, SA_Q4_1 = 2 };
 #define SA_QBYTES(kind) ((kind) == SA_Q8_0 ? 34 : (kind) == SA_Q4_0 ? 18 : 20)
 #define SA_QROWS 8  /* the most rows of x (silkattn._api.LINEAR_ROWS) */
 #define SA_QCH 16   /* blocks a chunk, their scales converted together; x's block sums padded to it */
+
+/* CALL(K, M) with the block type K and the rows of x M as compile-time constants, for the kind and
+ * m given at run time (m in 1 .. SA_QROWS; the callers check both): one copy of the loops a case. */
+#define SA_QCASE(K, M, CALL) \
+    case (K) * SA_QROWS + (M) - 1: CALL(K, M); break;
+#define SA_QCASES(K, CALL)                                                                         \
+    SA_QCASE(K, 1, CALL) SA_QCASE(K, 2, CALL) SA_QCASE(K, 3, CALL) SA_QCASE(K, 4, CALL)            \
+    SA_QCASE(K, 5, CALL) SA_QCASE(K, 6, CALL) SA_QCASE(K, 7, CALL) SA_QCASE(K, 8, CALL)
+#define SA_QSWITCH(kind, m, CALL)                                                                  \
+    switch ((kind) * SA_QROWS + (int)(m) - 1) {                                                    \
+        SA_QCASES(SA_Q8_0, CALL)                                                                   \
+        SA_QCASES(SA_Q4_0, CALL)                                                                   \
+        SA_QCASES(SA_Q4_1, CALL)                                                                   \
+        default: break;                                                                            \
+    }
 #endif

@@ -248,19 +248,9 @@ static inline __attribute__((always_inline)) void SA_FN(sa_q_rows)(const int kin
 static void SA_FN(sa_linear_q_rows)(int kind, const SA_T *x, int64_t k, int64_t m, const uint8_t *w, int64_t ldw,
                                     int64_t n, const SA_T *xs, const SA_T *b, int64_t j0, int64_t j1, SA_T *y,
                                     int64_t ldy) {
-#define SA_QCASE(K, M) \
-    case (K) * SA_QROWS + (M) - 1: SA_FN(sa_q_rows)(K, M, x, k, w, ldw, n, xs, b, j0, j1, y, ldy); break;
-#define SA_QCASES(K) \
-    SA_QCASE(K, 1) SA_QCASE(K, 2) SA_QCASE(K, 3) SA_QCASE(K, 4) SA_QCASE(K, 5) SA_QCASE(K, 6) SA_QCASE(K, 7) \
-    SA_QCASE(K, 8)
-    switch (kind * SA_QROWS + (int)m - 1) {
-        SA_QCASES(SA_Q8_0)
-        SA_QCASES(SA_Q4_0)
-        SA_QCASES(SA_Q4_1)
-        default: break;  /* the caller checks kind and m */
-    }
-#undef SA_QCASES
-#undef SA_QCASE
+#define SA_QROWS_CALL(K, M) SA_FN(sa_q_rows)(K, M, x, k, w, ldw, n, xs, b, j0, j1, y, ldy)
+    SA_QSWITCH(kind, m, SA_QROWS_CALL)
+#undef SA_QROWS_CALL
 }
 
 /* xs[r nbp + i] = sum of x[r, 32 i : 32 i + 32], the block sums of the m rows of x (k a multiple of
@@ -447,19 +437,9 @@ static inline __attribute__((always_inline)) void SA_FN(sa_q8_rows)(const int ki
 static void SA_FN(sa_linear_q8_rows)(int kind, const int8_t *xq, const SA_T *xd, const SA_T *xs, int64_t k, int64_t m,
                                      const uint8_t *w, int64_t ldw, int64_t n, const SA_T *b, int64_t j0, int64_t j1,
                                      SA_T *y, int64_t ldy) {
-#define SA_QCASE(K, M) \
-    case (K) * SA_QROWS + (M) - 1: SA_FN(sa_q8_rows)(K, M, xq, xd, xs, k, w, ldw, n, b, j0, j1, y, ldy); break;
-#define SA_QCASES(K) \
-    SA_QCASE(K, 1) SA_QCASE(K, 2) SA_QCASE(K, 3) SA_QCASE(K, 4) SA_QCASE(K, 5) SA_QCASE(K, 6) SA_QCASE(K, 7) \
-    SA_QCASE(K, 8)
-    switch (kind * SA_QROWS + (int)m - 1) {
-        SA_QCASES(SA_Q8_0)
-        SA_QCASES(SA_Q4_0)
-        SA_QCASES(SA_Q4_1)
-        default: break;  /* the caller checks kind and m */
-    }
-#undef SA_QCASES
-#undef SA_QCASE
+#define SA_Q8_ROWS_CALL(K, M) SA_FN(sa_q8_rows)(K, M, xq, xd, xs, k, w, ldw, n, b, j0, j1, y, ldy)
+    SA_QSWITCH(kind, m, SA_Q8_ROWS_CALL)
+#undef SA_Q8_ROWS_CALL
 }
 
 /* out[r] = the weights of W's row j0 + r (k of them), r < rows: reference.dequantize to the bit. The
