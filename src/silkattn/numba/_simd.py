@@ -1,7 +1,9 @@
-"""The small SIMD layer the three Numba kernels share (attention.py, softmax.py, layer_norm.py).
+"""The small SIMD layer every Numba kernel module of silkattn.numba shares.
 
-A numba type for one 256-bit register (<8 x float> / <4 x double>) and @intrinsic
-operations on it, so the register-tiled micro-kernels keep their accumulators in registers (LLVM
+A numba type for one SIMD register (VBYTES: 64 bytes, <16 x float> / <8 x double>, where the CPU
+has AVX-512F, else 32) and @intrinsic operations on it (loads, stores, FMAs, lane sums, a vector
+exp, GGUF blocks' bytes and float16 scales, prefetches), so the register-tiled micro-kernels keep
+their accumulators in registers (LLVM
 only vectorises innermost loops by itself, which makes plain loops round-trip their accumulators
 through L1) and exp is a vectorised polynomial (math.exp stays a scalar libm call here: no SVML in
 this llvmlite). With NUMBA_DISABLE_JIT=1 the same names are plain NumPy functions on small arrays,
