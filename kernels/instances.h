@@ -13,6 +13,10 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #define SA_X86 1
+/* Before any target pragma: the intrinsics then each carry their own target. Included first inside
+ * the avx512 region, they would be defined for AVX-512 and refuse to inline into the avx2 copy
+ * (which -march=native hides on an AVX-512 machine, and a portable build does not). */
+#include <immintrin.h>
 #else
 #define SA_X86 0
 #endif
