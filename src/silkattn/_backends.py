@@ -9,6 +9,7 @@ import contextvars
 import dataclasses
 import importlib
 import os
+import warnings
 from typing import Callable, NamedTuple, Optional
 
 Kernel = Optional[Callable]
@@ -56,6 +57,23 @@ _scoped = contextvars.ContextVar("silkattn_backend", default=None)  # use_backen
 _loaded = {}  # module path -> Kernels: every top-level call looks its backend up
 
 
+def _build_info():
+    """How setup.py built the C kernels here (silkattn/_build_info.py); None in an unbuilt checkout."""
+    try:
+        from . import _build_info
+    except ImportError:
+        return None
+    return _build_info
+
+
+def _not_built(name):
+    """The reason setup.py left backend `name` out of this install ("not built (...)"), or None."""
+    info = _build_info()
+    if name != "cython" or info is None or info.CYTHON == "built":
+        return None
+    return info.CYTHON
+
+
 def load(name):
     """The Kernels record of backend `name`; ValueError for an unknown name, ImportError if missing."""
     if name not in MODULES:
@@ -71,15 +89,19 @@ def load(name):
 
 
 def backends():
-    """{name: "available" or the reason it is not} for every backend silkattn knows."""
+    """{name: "available (its kernel copy and build)" or why it is not} for every backend silkattn knows."""
     status = {}
     for name in MODULES:
         try:
             record = load(name)
         except ImportError as e:
-            status[name] = f"unavailable: {e.__cause__ or e}"
+            status[name] = _not_built(name) or f"unavailable: {e.__cause__ or e}"
             continue
-        status[name] = "available" + ("" if record.openmp else " (built without OpenMP: single-threaded)")
+        info = _build_info() if name == "cython" else None
+        notes = [record.isa] if name != "numpy" else []
+        notes += [f"{info.MARCH} build"] if info is not None and info.CYTHON == "built" else []
+        notes += [] if record.openmp else ["built without OpenMP: single-threaded"]
+        status[name] = "available" + (f" ({', '.join(notes)})" if notes else "")
     return status
 
 
@@ -96,6 +118,11 @@ def _default():
                 continue
             _default_name = name
             break
+        skipped = _not_built("cython")
+        if skipped:  # pip hides the build's own warning: say it where the user sees it
+            warnings.warn(f"silkattn: the cython backend was {skipped}; running on {_default_name}. "
+                          "Reinstall with a C compiler (gcc or clang), or from a wheel, for it.",
+                          RuntimeWarning, stacklevel=3)
     return _default_name  # numpy always imports
 
 
