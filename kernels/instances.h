@@ -6,6 +6,7 @@
  *   avx2x64  the avx512 copy's 64-byte vectors compiled for AVX2 (each operation split in two): the
  *            same 16-lane code paths on any AVX2 CPU, so the tests exercise them everywhere
  *   generic  16-byte GCC vector extensions, which every target lowers to its own SIMD (or scalars)
+ *   avx512vnni  the avx512 copy with VNNI, in linear_q and layer_step only (below)
  * Off x86 the x86 copies are generic ones at 16 bytes, never chosen. */
 #define SA_CAT_(a, b, c) a##_##b##_##c
 #define SA_CAT(a, b, c) SA_CAT_(a, b, c)
@@ -34,6 +35,24 @@
 #undef SA_VBYTES
 #if SA_X86
 #pragma GCC pop_options
+#endif
+
+/* avx512vnni: the avx512 copy with VNNI's vpdpbusd for the int8 products, in the modules that have
+ * them (their header defines SA_VNNI_COPY), chosen by SA_PICK_Q8 on CPUs with AVX-512 VNNI. A build
+ * that targets VNNI already (-march=native on such a CPU) has it in the avx512 copy. */
+#if SA_X86 && defined(SA_VNNI_COPY) && !defined(__AVX512VNNI__)
+#define SA_HAS_VNNI_COPY 1
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx512vl,avx512bw,avx512vnni,avx2,fma,f16c")
+#define SA_VBYTES 64
+#define SA_ISA avx512vnni
+#include "instances_dtypes.h"
+#undef SA_ISA
+#undef SA_VBYTES
+#pragma GCC pop_options
+#define SA_PICK_Q8(fn, isa) ((isa) == SA_ISA_AVX512 && sa_cpu_has_vnni() ? fn##_avx512vnni : SA_PICK(fn, isa))
+#else
+#define SA_PICK_Q8(fn, isa) SA_PICK(fn, isa)
 #endif
 
 #if SA_X86

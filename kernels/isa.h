@@ -34,6 +34,17 @@ static inline int sa_cpu_has_avx512(void) {
 #endif
 }
 
+/* AVX-512 VNNI (vpdpbusd), for the int8 products' copy (instances.h: SA_VNNI_COPY); asked once. */
+static inline int sa_cpu_has_vnni(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    static int has = -1;  /* threads racing here all store the same answer */
+    if (has < 0) has = sa_cpu_has_avx512() && __builtin_cpu_supports("avx512vnni");
+    return has;
+#else
+    return 0;
+#endif
+}
+
 /* Per-thread scratch: 64-byte aligned so vector loads never split cache lines needlessly. */
 static inline void *sa_alloc(size_t bytes) {
     void *p = NULL;

@@ -14,6 +14,7 @@
 #include <omp.h>
 #endif
 #define SA_TEMPLATE "tmpl_layer_step.h"
+#define SA_VNNI_COPY
 #include "instances.h"
 
 #define SA_DENSE (-1)  /* a matrix's kind: float32 (k, n) row-major; else a GGUF block type (SA_Q8_0, ...) */
@@ -100,8 +101,8 @@ static inline void sa_layer_product(int isa, const sa_layer *L, const sa_matrix 
     for (int64_t t = 0; t < tasks; t++) {  /* blocks take no bias beyond r (the Llama family has none) */
         const int64_t j0 = t * SA_LAYER_ROWS, j1 = j0 + SA_LAYER_ROWS < n ? j0 + SA_LAYER_ROWS : n;
         if (L->q8)
-            SA_PICK(sa_linear_q8_rows_f32, isa)(W->kind, L->xq, L->xd, xs, k, 1, (const uint8_t *)W->w, ldw, n, r,
-                                                j0, j1, y, n);
+            SA_PICK_Q8(sa_linear_q8_rows_f32, isa)(W->kind, L->xq, L->xd, xs, k, 1, (const uint8_t *)W->w, ldw, n,
+                                                   r, j0, j1, y, n);
         else
             SA_PICK(sa_linear_q_rows_f32, isa)(W->kind, in, k, 1, (const uint8_t *)W->w, ldw, n, xs, r, j0, j1,
                                                y, n);
