@@ -125,3 +125,15 @@ def test_embed_command(tmp_path, capsys):
     main(["embed", "--file", str(corpus), "--out", str(tmp_path / "e.npy"), "--batch-size", "2"])
     assert_like_sentence_transformers(np.load(tmp_path / "e.npy"), EMBEDDINGS[:4])
     assert silkattn.get_backend() == "cython"
+
+
+def test_embed_command_on_dask_leaves_the_model_to_the_workers(tmp_path, monkeypatch):
+    pytest.importorskip("distributed", reason="the dask extra is not installed")
+    from silkattn.__main__ import main
+
+    # the workers are spawned processes: only this (the client's) process sees the patch
+    monkeypatch.setattr(bert, "load", lambda *a, **k: pytest.fail("the client loaded the model"))
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(SENTENCES[:4]) + "\n")
+    main(["embed", "--dask", "local:1", "--file", str(corpus), "--out", str(tmp_path / "e.npy")])
+    assert_like_sentence_transformers(np.load(tmp_path / "e.npy"), EMBEDDINGS[:4])

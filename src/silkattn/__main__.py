@@ -225,7 +225,7 @@ def embed(args):
 
     if bool(args.sentences) == bool(args.file):
         raise SystemExit("embed: give sentences, or --file with one sentence a line (not both)")
-    model = bert.load(args.model or bert.default_path())
+    model = None if args.dask else bert.load(args.model or bert.default_path())  # Dask: workers load it
     if args.file:
         with open(args.file, encoding="utf-8") as f:
             sentences = [line.rstrip("\n") for line in f]
