@@ -7,4 +7,4 @@ from ._backends import Kernels
 KERNELS = Kernels("numpy", softmax=None, layer_norm=None, attention=None)
 
 globals().update(ops.bind(KERNELS))
-__all__ = ["KERNELS", *ops.OPS]
+__all__ = ["KERNELS"] + list(ops.OPS)

@@ -31,4 +31,4 @@ KERNELS = Kernels("cython", softmax=_softmax.softmax, layer_norm=_layer_norm.lay
                   isa=ISA, openmp=OPENMP)
 
 globals().update(ops.bind(KERNELS))
-__all__ = ["KERNELS", "ISA", "OPENMP", *ops.OPS]
+__all__ = ["KERNELS", "ISA", "OPENMP"] + list(ops.OPS)

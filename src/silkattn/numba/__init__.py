@@ -38,4 +38,4 @@ KERNELS = Kernels("numba", softmax=driver.softmax, layer_norm=driver.layer_norm,
                   isa=f"{_simd.VBYTES * 8}-bit (llvm)")
 
 globals().update(ops.bind(KERNELS))
-__all__ = ["KERNELS", "OPENMP", *ops.OPS]
+__all__ = ["KERNELS", "OPENMP"] + list(ops.OPS)

@@ -10,7 +10,7 @@ from ._simd import CACHE, vadd, vload, vmul, vstore, vsub, vwidth
 # |x| with cancellation is far from the result).
 @numba.njit(parallel=True, nogil=True, cache=CACHE)
 def rope_rows(x, xo, out, oo, cos, sin, positions):
-    """Row r, x[xo[r]:][:d] at position p = positions[r % seq]: out[oo[r] + i] = x_i c_i - x_(i+h) s_i
+    """Row r, `x[xo[r]:][:d]` at position p = positions[r % seq]: out[oo[r] + i] = x_i c_i - x_(i+h) s_i
     and out[oo[r] + h + i] = x_(i+h) c_i + x_i s_i, h = d / 2, c and s row p of the cos and sin tables.
     out may be x (in place): each element is read before the store that overwrites it."""
     rows = len(xo)

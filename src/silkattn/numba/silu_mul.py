@@ -20,7 +20,7 @@ def _silu_mul(g, u, one, top, inf):
 
 @numba.njit(parallel=True, nogil=True, cache=CACHE, fastmath=FASTMATH)
 def silu_mul_rows(g, go, u, uo, out, oo, n, nthreads):
-    """Row r: out[oo[r]:][:n] = silu(g[go[r]:][:n]) u[uo[r]:][:n]; out may be g or u (in place:
+    """Row r: `out[oo[r]:][:n] = silu(g[go[r]:][:n]) u[uo[r]:][:n]`; out may be g or u (in place:
     each element is read before its store). The tail of a row that is not a whole number of
     registers goes through a per-thread buffer."""
     rows = len(go)
