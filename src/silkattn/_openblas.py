@@ -3,7 +3,7 @@
 OpenBLAS (pthreads build, numpy's wheels) keeps each idle worker spinning for 2^28 cycles (about
 0.1 s) after every call. The model alternates numpy GEMMs with silkattn's kernels, so each kernel's
 second thread shared a core with a spinning worker (`python bench/idle_threads.py --cases model`
-measures both settings; the README quotes the figures). Back-to-back GEMMs are unaffected; a small
+measures both settings; docs/switches.md quotes the figures). Back-to-back GEMMs are unaffected; a small
 GEMM issued after an idle gap of more than about a millisecond pays the wake-up of the worker.
 
 OpenBLAS reads OPENBLAS_THREAD_TIMEOUT (log2 of the cycles) when it starts its workers, which

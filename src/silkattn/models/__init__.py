@@ -9,7 +9,7 @@ gguf      GGUF files read with the gguf package: tensors, tokenizer, chat templa
 bert      a pretrained BERT-family sentence encoder (all-MiniLM-L6-v2)
 
 A new model goes in a module of its own here, composed from silkattn.ops and these layers (see the
-README, "Adding a model").
+docs/contributing.md, "Adding a model").
 """
 from .config import DecoderConfig, Seq2SeqConfig
 from .decoder import block, transformer
