@@ -22,7 +22,7 @@ import numpy as np
 from .. import _checks as check
 from .. import ops
 from .. import reference as ref
-from .layers import merge_heads, split_heads
+from .layers import fused_qkv, merge_heads, split_heads
 
 FILES = ("config.json", "model.safetensors", "tokenizer.json")
 
@@ -129,9 +129,13 @@ class SentenceEncoder:
 
     def __init__(self, config, P, tokenizer):
         self.config, self.P, self.tokenizer = config, P, tokenizer
-        # Q, K and V in one projection (in, 3 d) with one bias: a single GEMM per layer
-        self._qkv = [(np.concatenate(p["attn"][0:6:2], axis=1), np.concatenate(p["attn"][1:6:2]))
-                     for p in P["layers"]]
+        self._proj = [self._projections(*p["attn"]) for p in P["layers"]]
+
+    @staticmethod
+    def _projections(Wq, bq, Wk, bk, Wv, bv, Wo, bo):
+        """A layer's attention weights as the forward pass runs them: Q, K and V in one projection
+        (in, 3 d) with one bias (a single GEMM per layer), then the output projection."""
+        return fused_qkv(Wq, Wk, Wv), np.concatenate([bq, bk, bv]), Wo, bo
 
     def tokenize(self, sentences):
         """Each sentence's token ids ([CLS] ... [SEP], at most max_seq_length), as int64 arrays."""
@@ -145,15 +149,7 @@ class SentenceEncoder:
         lens = np.diff(cu_seqlens)
         positions = np.arange(len(ids)) - np.repeat(cu_seqlens[:-1], lens)  # each sequence from 0
         X = ops.layer_norm(P["word"][ids] + P["pos"][positions] + P["type"][0], *P["ln"], c.eps)
-        for (Wqkv, bqkv), p in zip(self._qkv, P["layers"]):
-            qkv = ops.linear(X, Wqkv, bqkv)  # (total, 3 d)
-            q, k, v = (split_heads(qkv[:, i * c.d:(i + 1) * c.d], c.h) for i in range(3))
-            A = ops.linear(merge_heads(ops.attention_varlen(q, k, v, cu_seqlens)), *p["attn"][6:])
-            X = ops.add_layer_norm(X, A, *p["ln1"], c.eps)[1]
-            W1, b1, W2, b2 = p["ffn"]
-            H = ops.linear(X, W1)
-            X = ops.add_layer_norm(X, ops.linear(ops.bias_gelu(H, b1, out=H), W2, b2), *p["ln2"], c.eps)[1]
-        return X
+        return self._layers(X, lambda q, k, v: ops.attention_varlen(q, k, v, cu_seqlens))
 
     def forward_padded(self, ids, mask):  # ids, mask: (B, S) -> token embeddings (B, S, d)
         """The encoder over a padded batch (mask False at padding), as sentence-transformers runs it:
@@ -161,11 +157,15 @@ class SentenceEncoder:
         P, c = self.P, self.config
         X = ops.layer_norm(P["word"][ids] + P["pos"][: ids.shape[-1]] + P["type"][0], *P["ln"], c.eps)
         keys = ref.key_padding(mask)
-        for (Wqkv, bqkv), p in zip(self._qkv, P["layers"]):
-            qkv = ops.linear(X, Wqkv, bqkv)
+        return self._layers(X, lambda q, k, v: ops.attention(q, k, v, keys))
+
+    def _layers(self, X, attend):  # X: (..., rows, d); attend(q, k, v): (..., h, rows, d_k) each
+        """The encoder's layers on X, with self-attention as `attend` computes it (packed or padded)."""
+        c = self.config
+        for (Wqkv, bqkv, Wo, bo), p in zip(self._proj, self.P["layers"]):
+            qkv = ops.linear(X, Wqkv, bqkv)  # (..., rows, 3 d)
             q, k, v = (split_heads(qkv[..., i * c.d:(i + 1) * c.d], c.h) for i in range(3))
-            X = ops.add_layer_norm(X, ops.linear(merge_heads(ops.attention(q, k, v, keys)), *p["attn"][6:]),
-                                   *p["ln1"], c.eps)[1]
+            X = ops.add_layer_norm(X, ops.linear(merge_heads(attend(q, k, v)), Wo, bo), *p["ln1"], c.eps)[1]
             W1, b1, W2, b2 = p["ffn"]
             H = ops.linear(X, W1)
             X = ops.add_layer_norm(X, ops.linear(ops.bias_gelu(H, b1, out=H), W2, b2), *p["ln2"], c.eps)[1]
