@@ -568,7 +568,7 @@ def _finish(kernels, parts, items, nunits, out, dk, dv, scale, softcap, causal, 
     return _plan_mod.schedule(plan, kernels.attention_tiles, nthreads), nthreads
 
 
-def _plain(Q, K, V):
+def _contiguous_call(Q, K, V):
     """True for the everyday call: same-dtype C-contiguous float arrays, equal lead dims, no empty
     axis. Such a call is checked by these few comparisons instead of the general path, whose
     bookkeeping would dominate a small call."""
@@ -585,15 +585,16 @@ def attention(kernels, Q, K, V, mask=None, *, scale=None, softcap=None, bias=Non
     scale, softcap = _positive(scale, "scale"), _positive(softcap, "softcap")
     q_offset = check_q_offset(q_offset, causal or window is not None or alibi_slopes is not None)
     if kernels.attention is not None and mask is None and bias is None and alibi_slopes is None \
-            and out is None and _plain(Q, K, V):
+            and out is None and _contiguous_call(Q, K, V):
         key = (id(kernels), Q.shape, Q.dtype.char, K.shape[-2], V.shape[-1], scale, softcap, causal, window,
                q_offset, _threads._num_threads)
-        cached = _PLAIN_PLANS.get(key)
+        cached = _CONTIGUOUS_PLANS.get(key)
         if cached is None:
-            if len(_PLAIN_PLANS) >= 256:
-                _PLAIN_PLANS.clear()
-            cached = _PLAIN_PLANS[key] = _plain_layout(kernels, Q.shape[:-2], *Q.shape[-2:], *V.shape[-2:],
-                                                       Q.dtype, scale, softcap, causal, window, q_offset)
+            if len(_CONTIGUOUS_PLANS) >= 256:
+                _CONTIGUOUS_PLANS.clear()
+            cached = _CONTIGUOUS_PLANS[key] = _contiguous_plan(kernels, Q.shape[:-2], *Q.shape[-2:],
+                                                               *V.shape[-2:], Q.dtype, scale, softcap, causal,
+                                                               window, q_offset)
         out = np.empty(Q.shape[:-1] + V.shape[-1:], Q.dtype)
         plan, nthreads = cached
         kernels.attention(plan.bind(Q.reshape(-1), K.reshape(-1), V.reshape(-1), out.reshape(-1)), nthreads)
@@ -637,7 +638,7 @@ def _unsplit(dtype, Q, K, V, mask=None, bias=None):
     return Q, K, V, mask, None if bias is None else np.asarray(bias).astype(dtype, copy=False)
 
 
-_PLAIN_PLANS = {}  # (kernels, shapes, dtype, keywords, threads) -> _plain_layout(...): a small call's plan
+_CONTIGUOUS_PLANS = {}  # (kernels, shapes, dtype, keywords, threads) -> _contiguous_plan(...)
 _VIEW_PLANS = {}   # the same for _heads_view calls, strides included
 
 
@@ -670,7 +671,7 @@ def _view_layout(kernels, Q, K, V, scale, softcap, causal, window, q_offset):
     return _finish(kernels, *layout, out, Q.shape[-1], V.shape[-1], scale, softcap, causal, window, False)
 
 
-def _plain_layout(kernels, lead, Sq, dk, Sk, dv, dtype, scale, softcap, causal, window, q_offset):
+def _contiguous_plan(kernels, lead, Sq, dk, Sk, dv, dtype, scale, softcap, causal, window, q_offset):
     """(plan, threads) for C-contiguous (lead, Sq, dk), (lead, Sk, dk), (lead, Sk, dv) operands, kept
     by shape: its arrays are placeholders the caller replaces by the call's (Plan.bind)."""
     Q, K, V, out = (_placeholder(lead + shape, dtype) for shape in ((Sq, dk), (Sk, dk), (Sk, dv), (Sq, dv)))

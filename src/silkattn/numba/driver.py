@@ -128,7 +128,7 @@ _EMPTY = np.zeros((0, 1), np.int64)
 
 def _tables(plan):
     """The _Tables of a plan, cached by its arrays' identity: a plan cached by shape (the plain call,
-    silkattn._api._plain_layout) brings the same arrays back, so repeated calls cost a look-up."""
+    silkattn._api._contiguous_plan) brings the same arrays back, so repeated calls cost a look-up."""
     arrays = (plan.items, plan.units, plan.tasks, plan.groups, plan.rows, plan.chunks)
     key = (*map(id, arrays), plan.out.dtype.char)
     hit = _tables_seen.get(key)
