@@ -196,21 +196,21 @@ static void SA_FN(sa_attn_tile)(const sa_attn_plan *a, const sa_task *task, void
             if (!any) continue;
             partial |= !all;
         }
-        const int64_t nk6 = nk / SA_BR * SA_BR;
-        if (nk6 < nk) {  /* the last keys, zero-padded to a whole register block */
+        const int64_t nk_whole = nk / SA_BR * SA_BR;  /* keys in whole register blocks */
+        if (nk_whole < nk) {  /* the last keys, zero-padded to a whole register block */
             memset(kpad, 0, sizeof(SA_T) * SA_BR * dk);
-            for (int64_t j = nk6; j < nk; j++) memcpy(kpad + (j - nk6) * dk, k + (k0 + j) * rs_k, sizeof(SA_T) * dk);
+            for (int64_t j = nk_whole; j < nk; j++) memcpy(kpad + (j - nk_whole) * dk, k + (k0 + j) * rs_k, sizeof(SA_T) * dk);
         }
         for (int64_t c0 = 0; c0 < nqv; c0 += SA_NR) {
             /* the tile's keys these query columns can see: a register block wholly outside (the
              * causal diagonal's upper part, a window's edge) is not computed; the masking below
              * covers it, `partial` being set for such a tile */
             const int64_t jlo = pb + c0 - a->left - k0, jhi = pb + c0 + SA_NR - 1 + a->right - k0;
-            for (int64_t j0 = 0; j0 < nk6; j0 += SA_BR)
+            for (int64_t j0 = 0; j0 < nk_whole; j0 += SA_BR)
                 if (j0 <= jhi && j0 + SA_BR - 1 >= jlo)
                     SA_FN(qk_block)(k + (k0 + j0) * rs_k, rs_k, dk, qt + c0, ldq, st + j0 * ldq + c0, ldq);
-            if (nk6 < nk && nk6 <= jhi && nk - 1 >= jlo)
-                SA_FN(qk_block)(kpad, dk, dk, qt + c0, ldq, st + nk6 * ldq + c0, ldq);
+            if (nk_whole < nk && nk_whole <= jhi && nk - 1 >= jlo)
+                SA_FN(qk_block)(kpad, dk, dk, qt + c0, ldq, st + nk_whole * ldq + c0, ldq);
         }
         if (transform) SA_FN(transform_tile)(a, it, q0, nq, nqv, k0, nk, st, ldq);
         if (partial) {

@@ -68,7 +68,7 @@ BQ = 64                # a multiple of R; the plan's tasks have at most BQ rows 
 BK = 64
 R = 4
 DEC_BLOCK = 64         # rows path: keys per block of the online softmax
-U = np.uint64          # an index type Numba does not wrap around, so LLVM vectorises the copies
+uidx = np.uint64       # an unsigned index type Numba does not wrap around, so LLVM vectorises the copies
 
 # The plan's tables are passed as int64 (n, fields) views (driver._tables: every field is 8 bytes);
 # their columns, by name (the ITEM slope column is read from its own float64 array).
@@ -170,21 +170,21 @@ def _features(S, s0, n, npad, j0, p, cap, bias, brow, has_bias, nslope, has_alib
         _softcap(S, s0, npad, cap)
     if has_bias:
         for j in range(n):
-            S[U(s0 + j)] += bias[U(brow + j)]
+            S[uidx(s0 + j)] += bias[uidx(brow + j)]
     if has_alibi:
         for j in range(n):
-            S[U(s0 + j)] += nslope * abs(p - j0 - j)
+            S[uidx(s0 + j)] += nslope * abs(p - j0 - j)
     if has_mask:
         for j in range(n):
-            if mask[U(mrow + j)] == 0:
-                S[U(s0 + j)] = MASKED
+            if mask[uidx(mrow + j)] == 0:
+                S[uidx(s0 + j)] = MASKED
     if windowed:  # keys before p - left, then keys after p + right
         for j in range(min(n, max(0, p - left - j0))):
-            S[U(s0 + j)] = MASKED
+            S[uidx(s0 + j)] = MASKED
         for j in range(max(0, min(n, p + right + 1 - j0)), n):
-            S[U(s0 + j)] = MASKED
+            S[uidx(s0 + j)] = MASKED
     for j in range(n, npad):
-        S[U(s0 + j)] = -np.inf
+        S[uidx(s0 + j)] = -np.inf
 
 
 @_jit()
@@ -246,7 +246,7 @@ def pack_kv_serial(k, v, units, tile0, tile_unit, rs_k, rs_v, dk, dv, dvp, kp, v
 
 @_jit()
 def _pack_tile(w, k, v, units, tile0, tile_unit, rs_k, rs_v, dk, dv, dvp, kp, vp):
-    """Tile w of pack_kv. Indices are unsigned (U): for a signed index Numba adds the wrap-around
+    """Tile w of pack_kv. Indices are unsigned (uidx): for a signed index Numba adds the wrap-around
     of negative ones, a branch that keeps LLVM from vectorising the copies."""
     u = tile_unit[w]
     k0 = (w - tile0[u]) * BK
@@ -258,25 +258,25 @@ def _pack_tile(w, k, v, units, tile0, tile_unit, rs_k, rs_v, dk, dv, dvp, kp, vp
         for d in range(dk):
             o = kb + d * BK + j
             for jj in range(8):
-                kp[U(o + jj)] = k[U(src + jj * rs_k + d)]
+                kp[uidx(o + jj)] = k[uidx(src + jj * rs_k + d)]
         j += 8
     for jr in range(j, nk):
         src = units[u, UN_K] + (k0 + jr) * rs_k
         for d in range(dk):
-            kp[U(kb + d * BK + jr)] = k[U(src + d)]
+            kp[uidx(kb + d * BK + jr)] = k[uidx(src + d)]
     for d in range(dk):
         for jr in range(nk, BK):
-            kp[U(kb + d * BK + jr)] = 0
+            kp[uidx(kb + d * BK + jr)] = 0
     vb = w * BK * dvp
     for jr in range(nk):
         src = units[u, UN_V] + (k0 + jr) * rs_v
         dst = vb + jr * dvp
         for d in range(dv):
-            vp[U(dst + d)] = v[U(src + d)]
+            vp[uidx(dst + d)] = v[uidx(src + d)]
         for d in range(dv, dvp):
-            vp[U(dst + d)] = 0
+            vp[uidx(dst + d)] = 0
     for x in range(vb + nk * dvp, vb + BK * dvp):
-        vp[U(x)] = 0
+        vp[uidx(x)] = 0
 
 
 @_jit()
@@ -414,13 +414,13 @@ def _tile(b, q0, nq, q, k, v, mask, bias, out, kp, vp, items, nslopes, units, ti
         mrun[r] = -np.inf
         lrun[r] = 0
     for x in range(nqr * dvp):
-        acc[U(x)] = 0
+        acc[uidx(x)] = 0
     for r in range(nq):
         qr = qb + (q0 + r) * rs_q
         for d in range(dk):
-            Qp[U(r * dk + d)] = q[U(qr + d)] * scale
+            Qp[uidx(r * dk + d)] = q[uidx(qr + d)] * scale
     for x in range(nq * dk, nqr * dk):
-        Qp[U(x)] = 0
+        Qp[uidx(x)] = 0
     # the keys some row can see: the first row's window start to the last row's window end
     P0 = pos + q0
     P1 = P0 + nq - 1
@@ -502,7 +502,7 @@ def _tile(b, q0, nq, q, k, v, mask, bias, out, kp, vp, items, nslopes, units, ti
         else:
             inv = lrun[r]
             for d in range(dv):
-                out[U(ob + d)] = acc[U(r * dvp + d)] / inv
+                out[uidx(ob + d)] = acc[uidx(r * dvp + d)] / inv
 
 
 # ---------------------------------------------------------------- rows path
