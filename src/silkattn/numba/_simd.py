@@ -561,3 +561,18 @@ else:
             pow2 = builder.bitcast(builder.shl(biased, _const(ivec, shift)), llvec)
             return builder.select(under, C(0.0), builder.fmul(y, pow2))
         return v(v), codegen
+
+
+@numba.njit(inline="always", fastmath=FASTMATH)
+def vexp_sub(src, si, dst, di, n, m):
+    """dst[di + j] = exp(src[si + j] - m) for j < n (a whole number of registers; src may be dst);
+    returns the register of their partial sums. The softmax's exp pass, for every kernel that has one."""
+    W = vwidth(src)
+    vm = vsplat(src, m)
+    vneg = vsplat(src, -1.0)
+    sm = vsplat(src, 0)
+    for j in range(0, n, W):
+        e = vexp(vfma(vm, vneg, vload(src, si + j)))
+        vstore(dst, di + j, e)
+        sm = vadd(sm, e)
+    return sm

@@ -18,10 +18,10 @@ runs it, so results do not depend on the thread count.
 Tiles path (attention_tiles): a task is (item, first query q0, rows <= BQ). Its queries, scaled,
 are packed row-major; K is packed once per K/V unit as key-contiguous tiles kp[tile, d, key] (keys
 on the SIMD axis) and V as rows padded to whole registers, so each key tile of BK keys goes through
-  1. S = Q K^T by a R-row x 2-register micro-kernel (accumulators in registers, _qk_block),
+  1. S = Q K^T by a R-row x 2-register micro-kernel (accumulators in registers, _block_4x2),
   2. the per-score features (_features, each pass only when its feature is on), the running max,
      p = exp(s - m) by a vectorised polynomial exp, the running sum, the rescale of the accumulator,
-  3. acc += P V by a R-row x 2-register micro-kernel over d_v (_pv_block).
+  3. acc += P V by a R-row x 2-register micro-kernel over d_v (_block_4x2 again).
 Rows path (attention_rows): few query rows per K/V unit (decode, a few new tokens, the heads of a
 GQA group). The group's visible keys are cut into chunks by the plan; a chunk leaves, per row, a
 partial (m, l, acc) over its keys, read straight from K and V, each block of DEC_BLOCK keys once for
@@ -45,6 +45,7 @@ from ._simd import (
     vbcast,
     vdiv,
     vexp,
+    vexp_sub,
     vfma,
     vload,
     vmax,
@@ -292,79 +293,46 @@ def tile_scratch(dk, dvp, sk_max):
 
 
 @_jit(inline="always")
-def _qk_block(Qp, q0, dk, kp, kb, S, sb):
-    """One register block of scores: S[sb + r * BK + (0 .. 2W)] = Qp[q0 + r * dk + :] . (keys
-    0 .. 2W of the packed tile at kp[kb + d * BK]) for the R = 4 rows r; 8 accumulators in registers."""
-    W = vwidth(S)
-    c00 = vsplat(S, 0)
-    c01 = c00
-    c10 = c00
-    c11 = c00
-    c20 = c00
-    c21 = c00
-    c30 = c00
-    c31 = c00
-    for d in range(dk):
-        ka = vload(kp, kb + d * BK)
-        kc = vload(kp, kb + d * BK + W)
-        x = vbcast(Qp, q0 + d)
-        c00 = vfma(x, ka, c00)
-        c01 = vfma(x, kc, c01)
-        x = vbcast(Qp, q0 + dk + d)
-        c10 = vfma(x, ka, c10)
-        c11 = vfma(x, kc, c11)
-        x = vbcast(Qp, q0 + 2 * dk + d)
-        c20 = vfma(x, ka, c20)
-        c21 = vfma(x, kc, c21)
-        x = vbcast(Qp, q0 + 3 * dk + d)
-        c30 = vfma(x, ka, c30)
-        c31 = vfma(x, kc, c31)
-    vstore(S, sb, c00)
-    vstore(S, sb + W, c01)
-    vstore(S, sb + BK, c10)
-    vstore(S, sb + BK + W, c11)
-    vstore(S, sb + 2 * BK, c20)
-    vstore(S, sb + 2 * BK + W, c21)
-    vstore(S, sb + 3 * BK, c30)
-    vstore(S, sb + 3 * BK + W, c31)
-
-
-@_jit(inline="always")
-def _pv_block(P, pb, nk, vp, vb, dvp, acc, a0):
-    """One register block of the accumulator: acc[a0 + r * dvp + (0 .. 2W)] += sum_j P[pb + r * BK
-    + j] * V[vb + j * dvp + (0 .. 2W)] over the nk keys, for the R = 4 rows r."""
-    W = vwidth(acc)
-    c00 = vload(acc, a0)
-    c01 = vload(acc, a0 + W)
-    c10 = vload(acc, a0 + dvp)
-    c11 = vload(acc, a0 + dvp + W)
-    c20 = vload(acc, a0 + 2 * dvp)
-    c21 = vload(acc, a0 + 2 * dvp + W)
-    c30 = vload(acc, a0 + 3 * dvp)
-    c31 = vload(acc, a0 + 3 * dvp + W)
-    for j in range(nk):
-        va = vload(vp, vb + j * dvp)
-        vc = vload(vp, vb + j * dvp + W)
-        x = vbcast(P, pb + j)
-        c00 = vfma(x, va, c00)
-        c01 = vfma(x, vc, c01)
-        x = vbcast(P, pb + BK + j)
-        c10 = vfma(x, va, c10)
-        c11 = vfma(x, vc, c11)
-        x = vbcast(P, pb + 2 * BK + j)
-        c20 = vfma(x, va, c20)
-        c21 = vfma(x, vc, c21)
-        x = vbcast(P, pb + 3 * BK + j)
-        c30 = vfma(x, va, c30)
-        c31 = vfma(x, vc, c31)
-    vstore(acc, a0, c00)
-    vstore(acc, a0 + W, c01)
-    vstore(acc, a0 + dvp, c10)
-    vstore(acc, a0 + dvp + W, c11)
-    vstore(acc, a0 + 2 * dvp, c20)
-    vstore(acc, a0 + 2 * dvp + W, c21)
-    vstore(acc, a0 + 3 * dvp, c30)
-    vstore(acc, a0 + 3 * dvp + W, c31)
+def _block_4x2(A, a0, lda, B, b0, ldb, n, C, c0, ldc, accumulate):
+    """The tiles path's micro-kernel: C[c0 + r ldc + (0 .. 2W)] (+)= sum_{p < n} A[a0 + r lda + p]
+    B[b0 + p ldb + (0 .. 2W)] for the R = 4 rows r, 8 accumulators in registers (starting from C's
+    values if accumulate, else from 0). S = Q K^T: A the scaled query tile, B the packed key tile
+    (BK keys a row of d); acc += P V: A the probabilities, B the padded V rows."""
+    W = vwidth(C)
+    if accumulate:
+        c00 = vload(C, c0)
+        c01 = vload(C, c0 + W)
+        c10 = vload(C, c0 + ldc)
+        c11 = vload(C, c0 + ldc + W)
+        c20 = vload(C, c0 + 2 * ldc)
+        c21 = vload(C, c0 + 2 * ldc + W)
+        c30 = vload(C, c0 + 3 * ldc)
+        c31 = vload(C, c0 + 3 * ldc + W)
+    else:
+        c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = vsplat(C, 0)
+    for p in range(n):
+        ba = vload(B, b0 + p * ldb)
+        bc = vload(B, b0 + p * ldb + W)
+        x = vbcast(A, a0 + p)
+        c00 = vfma(x, ba, c00)
+        c01 = vfma(x, bc, c01)
+        x = vbcast(A, a0 + lda + p)
+        c10 = vfma(x, ba, c10)
+        c11 = vfma(x, bc, c11)
+        x = vbcast(A, a0 + 2 * lda + p)
+        c20 = vfma(x, ba, c20)
+        c21 = vfma(x, bc, c21)
+        x = vbcast(A, a0 + 3 * lda + p)
+        c30 = vfma(x, ba, c30)
+        c31 = vfma(x, bc, c31)
+    vstore(C, c0, c00)
+    vstore(C, c0 + W, c01)
+    vstore(C, c0 + ldc, c10)
+    vstore(C, c0 + ldc + W, c11)
+    vstore(C, c0 + 2 * ldc, c20)
+    vstore(C, c0 + 2 * ldc + W, c21)
+    vstore(C, c0 + 3 * ldc, c30)
+    vstore(C, c0 + 3 * ldc + W, c31)
 
 
 @_jit(parallel=True)
@@ -394,22 +362,10 @@ def attention_tiles(q, k, v, mask, bias, out, kp, vp, items, nslopes, units, til
                   left, right, has_mask, has_bias, has_alibi, buf)
 
 
-@_jit()
-def _tile(b, q0, nq, q, k, v, mask, bias, out, kp, vp, items, nslopes, units, tile0, rs_q, rs_k, rs_v,
-          rs_mask, rs_bias, dk, dv, dvp, scale, cap, left, right, has_mask, has_bias, has_alibi, buf):
-    """Output rows q0 .. q0 + nq - 1 of item b (nq <= BQ); buf: this thread's scratch."""
-    o_acc, o_q, o_m, o_l, o_row, _ = tile_scratch(dk, dvp, 0)
-    S = buf[:o_acc]              # scores, then probabilities: (BQ, BK)
-    acc = buf[o_acc:o_q]         # running P V: (BQ, dvp)
-    Qp = buf[o_q:o_m]            # the query tile, scaled: (BQ, dk)
-    mrun = buf[o_m:o_l]          # running max
-    lrun = buf[o_l:o_row]        # running sum
-    W = vwidth(out)
-    W2 = 2 * W
-    u, sk, pos = items[b, IT_UNIT], items[b, IT_SK], items[b, IT_POS]
-    qb, mb, bb = items[b, IT_Q], items[b, IT_MASK], items[b, IT_BIAS]
-    nslope = nslopes[b]
-    nqr = (nq + R - 1) // R * R  # whole register blocks; rows nq .. nqr: zero queries, results unused
+@_jit(inline="always")
+def _tile_start(q, Qp, acc, mrun, lrun, qb, q0, nq, nqr, rs_q, dk, dvp, scale):
+    """Reset the running max, sum and accumulator of rows 0 .. nq, and pack the task's queries,
+    scaled, into Qp (nq, dk); rows nq .. nqr of both are zeros (whole register blocks)."""
     for r in range(nq):
         mrun[r] = -np.inf
         lrun[r] = 0
@@ -421,6 +377,60 @@ def _tile(b, q0, nq, q, k, v, mask, bias, out, kp, vp, items, nslopes, units, ti
             Qp[uidx(r * dk + d)] = q[uidx(qr + d)] * scale
     for x in range(nq * dk, nqr * dk):
         Qp[uidx(x)] = 0
+
+
+@_jit(inline="always")
+def _tile_hidden(mask, mb, q0, nq, rs_mask, k0, nk):
+    """Does the mask hide keys k0 .. k0 + nk from every row q0 .. q0 + nq of the task?"""
+    for r in range(nq):
+        mr = mb + (q0 + r) * rs_mask + k0
+        for j in range(nk):
+            if mask[mr + j] != 0:
+                return False
+    return True
+
+
+@_jit(inline="always")
+def _online_softmax(S, sr, acc, ar, dvp, mrun, lrun, r):
+    """Row r of the tile: S[sr : sr + BK] = exp(s - m_new), m_new = max(m, max s); the row's sum
+    l = l e^(m - m_new) + sum_j S[sr + j] and accumulator acc[ar : ar + dvp] *= e^(m - m_new)."""
+    W = vwidth(S)
+    mx = vload(S, sr)
+    for jv in range(W, BK, W):
+        mx = vmax(mx, vload(S, sr + jv))
+    m_new = max(mrun[r], hmax(mx))
+    if m_new == -np.inf:  # every score so far -inf (a -inf bias): nothing to add yet
+        for jv in range(0, BK, W):
+            vstore(S, sr + jv, vsplat(S, 0))
+        return
+    sm = vexp_sub(S, sr, S, sr, BK, m_new)
+    if m_new > mrun[r]:
+        alpha = math.exp(mrun[r] - m_new)
+        lrun[r] = lrun[r] * alpha
+        if alpha != 1:
+            va = vsplat(S, alpha)
+            for dc in range(0, dvp, W):
+                vstore(acc, ar + dc, vmul(vload(acc, ar + dc), va))
+        mrun[r] = m_new
+    lrun[r] += hsum(sm)
+
+
+@_jit()
+def _tile(b, q0, nq, q, k, v, mask, bias, out, kp, vp, items, nslopes, units, tile0, rs_q, rs_k, rs_v,
+          rs_mask, rs_bias, dk, dv, dvp, scale, cap, left, right, has_mask, has_bias, has_alibi, buf):
+    """Output rows q0 .. q0 + nq - 1 of item b (nq <= BQ); buf: this thread's scratch."""
+    o_acc, o_q, o_m, o_l, o_row, _ = tile_scratch(dk, dvp, 0)
+    S = buf[:o_acc]              # scores, then probabilities: (BQ, BK)
+    acc = buf[o_acc:o_q]         # running P V: (BQ, dvp)
+    Qp = buf[o_q:o_m]            # the query tile, scaled: (BQ, dk)
+    mrun = buf[o_m:o_l]          # running max
+    lrun = buf[o_l:o_row]        # running sum
+    W2 = 2 * vwidth(out)
+    u, sk, pos = items[b, IT_UNIT], items[b, IT_SK], items[b, IT_POS]
+    qb, mb, bb = items[b, IT_Q], items[b, IT_MASK], items[b, IT_BIAS]
+    nslope = nslopes[b]
+    nqr = (nq + R - 1) // R * R  # whole register blocks; rows nq .. nqr: zero queries, results unused
+    _tile_start(q, Qp, acc, mrun, lrun, qb, q0, nq, nqr, rs_q, dk, dvp, scale)
     # the keys some row can see: the first row's window start to the last row's window end
     P0 = pos + q0
     P1 = P0 + nq - 1
@@ -429,18 +439,8 @@ def _tile(b, q0, nq, q, k, v, mask, bias, out, kp, vp, items, nslopes, units, ti
     for t in range(j_lo // BK, (j_hi + BK - 1) // BK):
         k0 = t * BK
         nk = min(BK, sk - k0)
-        if has_mask:  # skip a key tile the mask hides from every row of the task
-            anyvis = False
-            for r in range(nq):
-                mr = mb + (q0 + r) * rs_mask + k0
-                for j in range(nk):
-                    if mask[mr + j] != 0:
-                        anyvis = True
-                        break
-                if anyvis:
-                    break
-            if not anyvis:
-                continue
+        if has_mask and _tile_hidden(mask, mb, q0, nq, rs_mask, k0, nk):
+            continue
         # ---- S = Q_tile K_tile^T: R rows x 2 registers of keys a block. A block whose (row, key)
         # pairs are all hidden by the window (the causal diagonal's upper part, a window's edge) or
         # past the tile's keys is not computed: `windowed` below is then set, so _features
@@ -449,38 +449,14 @@ def _tile(b, q0, nq, q, k, v, mask, bias, out, kp, vp, items, nslopes, units, ti
         for jv in range(0, min(nk, BK), W2):
             for r0 in range(0, nqr, R):
                 if jv <= P0 + r0 + R - 1 + right - k0 and jv + W2 - 1 >= P0 + r0 - left - k0:
-                    _qk_block(Qp, r0 * dk, dk, kp, kb + jv, S, r0 * BK + jv)
+                    _block_4x2(Qp, r0 * dk, dk, kp, kb + jv, BK, dk, S, r0 * BK + jv, BK, False)
         # ---- the features, then the online softmax per row
         windowed = k0 < P1 - left or k0 + nk - 1 > P0 + right  # the window hides some key from some row
         for r in range(nq):
             i = q0 + r
-            sr = r * BK
-            _features(S, sr, nk, BK, k0, pos + i, cap, bias, bb + i * rs_bias + k0, has_bias, nslope,
+            _features(S, r * BK, nk, BK, k0, pos + i, cap, bias, bb + i * rs_bias + k0, has_bias, nslope,
                       has_alibi, mask, mb + i * rs_mask + k0, has_mask, left, right, windowed)
-            mx = vload(S, sr)
-            for jv in range(W, BK, W):
-                mx = vmax(mx, vload(S, sr + jv))
-            m_new = max(mrun[r], hmax(mx))
-            if m_new == -np.inf:  # every score so far -inf (a -inf bias): nothing to add yet
-                for jv in range(0, BK, W):
-                    vstore(S, sr + jv, vsplat(S, 0))
-                continue
-            vm = vsplat(out, m_new)
-            vneg = vsplat(out, -1.0)
-            sm = vsplat(out, 0)
-            for jv in range(0, BK, W):
-                pr = vexp(vfma(vm, vneg, vload(S, sr + jv)))
-                vstore(S, sr + jv, pr)
-                sm = vadd(sm, pr)
-            if m_new > mrun[r]:
-                alpha = math.exp(mrun[r] - m_new)
-                lrun[r] = lrun[r] * alpha
-                if alpha != 1:
-                    va = vsplat(out, alpha)
-                    for dc in range(0, dvp, W):
-                        vstore(acc, r * dvp + dc, vmul(vload(acc, r * dvp + dc), va))
-                mrun[r] = m_new
-            lrun[r] += hsum(sm)
+            _online_softmax(S, r * BK, acc, r * dvp, dvp, mrun, lrun, r)
         # ---- acc += P V_tile: R rows x 2 registers of d_v a block, each block over only the keys
         # its rows can see (the others weigh exactly 0, or the row takes the exact path)
         vb = (tile0[u] + t) * BK * dvp
@@ -490,7 +466,8 @@ def _tile(b, q0, nq, q, k, v, mask, bias, out, kp, vp, items, nslopes, units, ti
             if jlo >= jhi:
                 continue
             for dc in range(0, dvp, W2):
-                _pv_block(S, r0 * BK + jlo, jhi - jlo, vp, vb + jlo * dvp + dc, dvp, acc, r0 * dvp + dc)
+                _block_4x2(S, r0 * BK + jlo, BK, vp, vb + jlo * dvp + dc, dvp, jhi - jlo,
+                           acc, r0 * dvp + dc, dvp, True)
     # ---- the rows: acc / l, or the exact path for rows whose max is tiny
     for r in range(nq):
         i = q0 + r
@@ -758,13 +735,7 @@ def _row_softmax(s, sb, nb, k0, p, parts, pb, dv, cap, bias, brow, has_bias, nsl
         for j in range(npad):
             s[sb + j] = 0
         return
-    vm = vsplat(s, mnew)
-    vneg = vsplat(s, -1.0)
-    sm = vsplat(s, 0)
-    for j in range(0, npad, W):
-        pr = vexp(vfma(vm, vneg, vload(s, sb + j)))
-        vstore(s, sb + j, pr)
-        sm = vadd(sm, pr)
+    sm = vexp_sub(s, sb, s, sb, npad, mnew)
     alpha = math.exp(m - mnew)
     parts[pb] = mnew
     parts[pb + 1] = parts[pb + 1] * alpha + hsum(sm)

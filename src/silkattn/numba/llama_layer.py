@@ -113,17 +113,11 @@ def _rope(qkv, heads, dh, cos, sin):
             qkv[xb + half + i] = b * cos[i] + a * sin[i]
 
 
-@numba.njit(nogil=True, cache=CACHE, fastmath=FASTMATH)
-def _head(qkv, qo, kf, vf, ko, ld, dh, n, keep, masked, sf, so, a, ao, scale, buf):
-    """One query head (qkv[qo : qo + dh]) over the n rows of its K/V head (kf and vf from element ko,
-    rows ld apart): sf[so + t] = exp(s_t - max) for t < n, s_t = q . K_t scale, or exactly -1e9 where
-    masked and keep[t] == 0 (the reference's hidden key: a row with every key hidden averages them
-    all); a[ao : ao + dh] = sum_t sf[so + t] V_t / sum_t sf[so + t]. The scores four keys at a time,
-    two registers of d_head a step in eight partial sums, the four keys' summed at once (vsum4); exp
-    a register at a time (vexp; the last, partial register through buf, its padding -inf, so exp 0);
-    the weighted sum of V two registers of d_head at a time over four keys a step (eight partial
-    sums). The part of d_head that is not a whole register, one value at a time. A function of its
-    own, not prange's body: the register's lanes are a constant here."""
+@numba.njit(inline="always", fastmath=FASTMATH)
+def _head_scores(qkv, qo, kf, ko, ld, dh, n, scale, sf, so):
+    """sf[so + t] = q . K_t scale for t < n: four keys at a time, two registers of d_head a step in
+    eight partial sums, the four keys' summed at once (vsum4); the part of d_head that is not a
+    whole register one value at a time."""
     W = vwidth(qkv)
     dv = dh - dh % W
     d2 = dv - dv % (2 * W)  # the registers of d_head taken in pairs
@@ -170,17 +164,20 @@ def _head(qkv, qo, kf, vf, ko, ld, dh, n, keep, masked, sf, so, a, ao, scale, bu
             y += qkv[qo + c] * kf[k0 + c]
         sf[so + t] = y * scale
         t += 1
-    if masked:
-        for t in range(n):
-            if keep[t] == 0:
-                sf[so + t] = -1e9
+
+
+@numba.njit(inline="always", fastmath=FASTMATH)
+def _head_exp(sf, so, n, buf):
+    """sf[so + t] = exp(s_t - max_t s_t) for t < n; returns 1 / sum_t of them. A register at a time
+    (vexp); the last, partial register through buf, its padding -inf, so exp 0."""
+    W = vwidth(sf)
     nv = n - n % W
     for u in range(W):  # the scores' last partial register, padded with -inf
         buf[u] = sf[so + nv + u] if nv + u < n else -np.inf
     m = vload(buf, 0)
     for t in range(0, nv, W):
         m = vmax(m, vload(sf, so + t))
-    vm = vsplat(qkv, hmax(m))
+    vm = vsplat(sf, hmax(m))
     total = vexp(vsub(vload(buf, 0), vm))
     vstore(buf, 0, total)
     for u in range(n - nv):
@@ -189,7 +186,17 @@ def _head(qkv, qo, kf, vf, ko, ld, dh, n, keep, masked, sf, so, a, ao, scale, bu
         e = vexp(vsub(vload(sf, so + t), vm))
         vstore(sf, so + t, e)
         total = vadd(total, e)
-    inv = vsplat(qkv, 1 / hsum(total))
+    return 1 / hsum(total)
+
+
+@numba.njit(inline="always", fastmath=FASTMATH)
+def _head_pv(sf, so, vf, ko, ld, dh, n, inv, a, ao):
+    """a[ao : ao + dh] = inv sum_t sf[so + t] V_t: two registers of d_head at a time over four keys
+    a step (eight partial sums); the part of d_head that is not a whole register one value a time."""
+    W = vwidth(sf)
+    dv = dh - dh % W
+    zero = vsplat(sf, 0)
+    vinv = vsplat(sf, inv)
     for c in range(0, dv, 2 * W):
         two = c + W < dv  # a pair of registers of d_head, else the last one alone
         a0, a1, a2, a3 = zero, zero, zero, zero
@@ -214,7 +221,7 @@ def _head(qkv, qo, kf, vf, ko, ld, dh, n, keep, masked, sf, so, a, ao, scale, bu
                 a0 = vfma(p0, vload(vf, ko + t * ld + c), a0)
                 b0 = vfma(p0, vload(vf, ko + t * ld + c + W), b0)
                 t += 1
-            vstore(a, ao + c + W, vmul(vadd(vadd(b0, b1), vadd(b2, b3)), inv))
+            vstore(a, ao + c + W, vmul(vadd(vadd(b0, b1), vadd(b2, b3)), vinv))
         else:
             while t + 4 <= n:
                 v0 = ko + t * ld + c
@@ -226,13 +233,29 @@ def _head(qkv, qo, kf, vf, ko, ld, dh, n, keep, masked, sf, so, a, ao, scale, bu
             while t < n:
                 a0 = vfma(vbcast(sf, so + t), vload(vf, ko + t * ld + c), a0)
                 t += 1
-        vstore(a, ao + c, vmul(vadd(vadd(a0, a1), vadd(a2, a3)), inv))
-    r = vget(inv, 0)
+        vstore(a, ao + c, vmul(vadd(vadd(a0, a1), vadd(a2, a3)), vinv))
+    r = vget(vinv, 0)
     for c in range(dv, dh):
         y = np.float32(0)
         for t in range(n):
             y += sf[so + t] * vf[ko + t * ld + c]
         a[ao + c] = y * r
+
+
+@numba.njit(nogil=True, cache=CACHE, fastmath=FASTMATH)
+def _head(qkv, qo, kf, vf, ko, ld, dh, n, keep, masked, sf, so, a, ao, scale, buf):
+    """One query head (qkv[qo : qo + dh]) over the n rows of its K/V head (kf and vf from element ko,
+    rows ld apart): sf[so + t] = exp(s_t - max) for t < n, s_t = q . K_t scale, or exactly -1e9 where
+    masked and keep[t] == 0 (the reference's hidden key: a row with every key hidden averages them
+    all); a[ao : ao + dh] = sum_t sf[so + t] V_t / sum_t sf[so + t]; buf: a register of scratch. A
+    function of its own, not prange's body: the register's lanes are a constant here."""
+    _head_scores(qkv, qo, kf, ko, ld, dh, n, scale, sf, so)
+    if masked:
+        for t in range(n):
+            if keep[t] == 0:
+                sf[so + t] = -1e9
+    inv = _head_exp(sf, so, n, buf)
+    _head_pv(sf, so, vf, ko, ld, dh, n, inv, a, ao)
 
 
 @numba.njit(parallel=True, nogil=True, cache=CACHE, fastmath=FASTMATH)

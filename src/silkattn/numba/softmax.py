@@ -9,8 +9,7 @@ from ._simd import (
     hmax,
     hsum,
     vadd,
-    vexp,
-    vfma,
+    vexp_sub,
     vload,
     vmax,
     vmul,
@@ -40,16 +39,8 @@ def softmax_rows(x, out, nthreads):
         for j in range(0, nv, W):
             mx = vmax(mx, vload(xf, base + j))
         m = hmax(mx)
-        vm = vsplat(x, m)
-        vneg = vsplat(x, -1.0)
-        sm = vsplat(x, 0)
-        for j in range(0, nv, W):
-            e = vexp(vfma(vm, vneg, vload(xf, base + j)))
-            vstore(of, base + j, e)
-            sm = vadd(sm, e)
-        e = vexp(vfma(vm, vneg, vload(tail, 0)))  # padded lanes: exp(-inf) = 0
-        vstore(tail, 0, e)
-        sm = vadd(sm, e)
+        sm = vexp_sub(xf, base, of, base, nv, m)
+        sm = vadd(sm, vexp_sub(tail, 0, tail, 0, W, m))  # padded lanes: exp(-inf) = 0
         total = hsum(sm)
         inv = vsplat(x, 1.0 / total)
         for j in range(0, nv, W):
