@@ -166,12 +166,12 @@ def _rows_scratch(dk, sk_max):
 
 def bias_relu(h, b, num_threads):
     _use_threads(num_threads)
-    _feed_forward.bias_relu_rows(h, b)
+    _feed_forward.bias_act_rows(h, b, False)
 
 
 def bias_gelu(h, b, num_threads):
     _use_threads(num_threads)
-    (_feed_forward.bias_gelu32_rows if h.dtype == np.float32 else _feed_forward.bias_gelu64_rows)(h, b)
+    _feed_forward.bias_act_rows(h, b, True)
 
 
 def linear(x, w, b, out, transposed, has_bias, num_threads):

@@ -4,7 +4,8 @@ import math
 
 import numba
 import numpy as np
-from numba import prange
+from numba import prange, types
+from numba.extending import overload
 
 from ._simd import CACHE, FASTMATH
 
@@ -31,28 +32,28 @@ def _erf32(x):
     return x * p / q
 
 
-@numba.njit(parallel=True, nogil=True, cache=CACHE, fastmath=FASTMATH)
-def bias_relu_rows(h, b):
-    rows, n = h.shape
-    for i in prange(rows):
-        for j in range(n):
-            v = h[i, j] + b[j]
-            h[i, j] = v if not v < 0 else 0  # NaN stays NaN, as with np.maximum
+def _erf(x):
+    """erf in x's dtype: _erf32 for float32 (math.erf would widen to float64), else math.erf."""
+    return _erf32(x) if isinstance(x, np.float32) else math.erf(x)
+
+
+@overload(_erf, inline="always")
+def _erf_typed(x):
+    return (lambda x: _erf32(x)) if x == types.float32 else (lambda x: math.erf(x))
 
 
 @numba.njit(parallel=True, nogil=True, cache=CACHE, fastmath=FASTMATH)
-def bias_gelu32_rows(h, b):
+def bias_act_rows(h, b, gelu):
+    """h = gelu(h + b) if gelu else max(h + b, 0), in place, in h's dtype."""
+    c = np.empty(3, h.dtype)  # the constants in h's dtype
+    c[0], c[1], c[2] = SQRT_HALF, 0.5, 1
     rows, n = h.shape
     for i in prange(rows):
-        for j in range(n):
-            v = h[i, j] + b[j]
-            h[i, j] = v * (np.float32(1) + _erf32(v * np.float32(SQRT_HALF))) * np.float32(0.5)
-
-
-@numba.njit(parallel=True, nogil=True, cache=CACHE, fastmath=FASTMATH)
-def bias_gelu64_rows(h, b):
-    rows, n = h.shape
-    for i in prange(rows):
-        for j in range(n):
-            v = h[i, j] + b[j]
-            h[i, j] = v * (1 + math.erf(v * SQRT_HALF)) * 0.5
+        if gelu:
+            for j in range(n):
+                v = h[i, j] + b[j]
+                h[i, j] = v * (c[2] + _erf(v * c[0])) * c[1]
+        else:
+            for j in range(n):
+                v = h[i, j] + b[j]
+                h[i, j] = v if not v < 0 else 0  # NaN stays NaN, as with np.maximum
