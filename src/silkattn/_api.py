@@ -127,6 +127,16 @@ def _along_last_axis(a, n, dtype, name):
                                 dtype=dtype)
 
 
+def _last_axis(X, name, op, why_not_empty):
+    """X as a float array with a last axis (op's axis) of at least one value."""
+    X = as_float_array(X, name)
+    if X.ndim == 0:
+        raise ValueError(f"{name} must have at least one dimension ({op} runs over the last axis)")
+    if X.shape[-1] == 0:
+        raise ValueError(f"{name} has a zero-length last axis: {why_not_empty}")
+    return X
+
+
 def _rows(a):
     """A (rows, n) C-contiguous view (or copy) of a's last axis."""
     return np.ascontiguousarray(a).reshape(-1, a.shape[-1])
@@ -136,11 +146,7 @@ def _rows(a):
 
 def prepare_softmax(x, out):
     """Checked (x, out) for softmax."""
-    x = as_float_array(x, "x")
-    if x.ndim == 0:
-        raise ValueError("x must have at least one dimension (softmax runs over the last axis)")
-    if x.shape[-1] == 0:  # as the reference: a max over no values has no answer
-        raise ValueError("x has a zero-length last axis: softmax over no values is undefined")
+    x = _last_axis(x, "x", "softmax", "softmax over no values is undefined")  # a max over none
     return x, check_out(out, x.shape, x.dtype, [x])
 
 
@@ -159,12 +165,8 @@ def softmax(kernels, x, *, out=None):
 
 def prepare_layer_norm(X, g, b, eps, out, dtype=None):
     """Checked (X, g, b as (n,) vectors of the result dtype, eps, out)."""
-    X = as_float_array(X, "X")
-    if X.ndim == 0:
-        raise ValueError("X must have at least one dimension (layer_norm runs over the last axis)")
+    X = _last_axis(X, "X", "layer_norm", "the mean of no values is undefined")
     n = X.shape[-1]
-    if n == 0:
-        raise ValueError("X has a zero-length last axis: the mean of no values is undefined")
     eps = float(eps)
     if not eps >= 0:
         raise ValueError(f"eps must be >= 0, got {eps}")
@@ -185,11 +187,16 @@ def layer_norm(kernels, X, g, b, eps=1e-5, *, out=None):
     return out
 
 
-def add_layer_norm(kernels, X, R, g, b, eps=1e-5):
+def _residual(X, R):
+    """Checked (X, R, the dtype of their sum S = X + R) for the add_*_norm ops."""
     X, R = as_float_array(X, "X"), as_float_array(R, "R")
     if X.shape != R.shape:
         raise ValueError(f"R must have the shape of X {X.shape}, got {R.shape}")
-    sdtype = np.result_type(X, R)
+    return X, R, np.result_type(X, R)
+
+
+def add_layer_norm(kernels, X, R, g, b, eps=1e-5):
+    X, R, sdtype = _residual(X, R)
     X, g, b, eps, out = prepare_layer_norm(X, g, b, eps, None, dtype=sdtype)
     if kernels.add_layer_norm is None or out.dtype != sdtype or not X.size:
         S = np.add(X, R, dtype=sdtype)
@@ -849,12 +856,8 @@ def _positive_finite(x, name):
 
 def prepare_rms_norm(X, g, eps, out, dtype=None):
     """Checked (X, g as an (n,) vector of the result dtype, eps, out)."""
-    X = as_float_array(X, "X")
-    if X.ndim == 0:
-        raise ValueError("X must have at least one dimension (rms_norm runs over the last axis)")
+    X = _last_axis(X, "X", "rms_norm", "the mean of no values is undefined")
     n = X.shape[-1]
-    if n == 0:
-        raise ValueError("X has a zero-length last axis: the mean of no values is undefined")
     eps = _positive_finite(eps, "eps")
     dtype = np.result_type(X if dtype is None else dtype, as_float_array(g, "g"))
     g = _along_last_axis(g, n, dtype, "g")
@@ -874,10 +877,7 @@ def rms_norm(kernels, X, g, eps=1e-5, *, out=None):
 
 
 def add_rms_norm(kernels, X, R, g, eps=1e-5):
-    X, R = as_float_array(X, "X"), as_float_array(R, "R")
-    if X.shape != R.shape:
-        raise ValueError(f"R must have the shape of X {X.shape}, got {R.shape}")
-    sdtype = np.result_type(X, R)
+    X, R, sdtype = _residual(X, R)
     X, g, eps, out = prepare_rms_norm(X, g, eps, None, dtype=sdtype)
     if kernels.add_rms_norm is None or out.dtype != sdtype or not X.size:
         S = np.add(X, R, dtype=sdtype)

@@ -106,6 +106,17 @@ def _rows4(kind, x, xf, xo, bf, q, p0, p1, p2, p3, d0, d1, d2, d3, a0, a1, a2, a
             _block(kind, x, xf, xo, bf, p2 + q, d2, a2), _block(kind, x, xf, xo, bf, p3 + q, d3, a3))
 
 
+@numba.njit(nogil=True, cache=CACHE, fastmath=FASTMATH)
+def _scales4(bf, f0, f1, f2, f3, sc, s):
+    """The scales of 4 rows' block (sc[s : s + 4], each in a whole register), and bf's bytes f_u
+    (the same block of the next task's rows) prefetched. A plain function: see _block."""
+    vprefetch(bf, f0)
+    vprefetch(bf, f1)
+    vprefetch(bf, f2)
+    vprefetch(bf, f3)
+    return vbcast(sc, s), vbcast(sc, s + 1), vbcast(sc, s + 2), vbcast(sc, s + 3)
+
+
 def _task_of(kind):
     """The task of linear_q_rows for one block type, compiled apart, `kind` a constant of the
     closure: Numba prunes the other types' branches of the helpers (and caches each copy apart).
@@ -139,13 +150,8 @@ def _task_of(kind):
                 if r1 > r0:  # the block loop twice, for two rows of x and for one
                     for i in range(nb):
                         q = i * size
-                        vprefetch(bf, p0 + q + ahead)
-                        vprefetch(bf, p1 + q + ahead)
-                        vprefetch(bf, p2 + q + ahead)
-                        vprefetch(bf, p3 + q + ahead)
-                        s = i * ROWS + u
-                        d0, d1, d2 = vbcast(sc, s), vbcast(sc, s + 1), vbcast(sc, s + 2)
-                        d3 = vbcast(sc, s + 3)
+                        d0, d1, d2, d3 = _scales4(bf, p0 + q + ahead, p1 + q + ahead, p2 + q + ahead,
+                                                  p3 + q + ahead, sc, i * ROWS + u)
                         a0, a1, a2, a3 = _rows4(kind, x, xf, r0 * k + i * 32, bf, q, p0, p1, p2, p3,
                                                 d0, d1, d2, d3, a0, a1, a2, a3)
                         b0, b1, b2, b3 = _rows4(kind, x, xf, r1 * k + i * 32, bf, q, p0, p1, p2, p3,
@@ -153,13 +159,8 @@ def _task_of(kind):
                 else:
                     for i in range(nb):
                         q = i * size
-                        vprefetch(bf, p0 + q + ahead)
-                        vprefetch(bf, p1 + q + ahead)
-                        vprefetch(bf, p2 + q + ahead)
-                        vprefetch(bf, p3 + q + ahead)
-                        s = i * ROWS + u
-                        d0, d1, d2 = vbcast(sc, s), vbcast(sc, s + 1), vbcast(sc, s + 2)
-                        d3 = vbcast(sc, s + 3)
+                        d0, d1, d2, d3 = _scales4(bf, p0 + q + ahead, p1 + q + ahead, p2 + q + ahead,
+                                                  p3 + q + ahead, sc, i * ROWS + u)
                         a0, a1, a2, a3 = _rows4(kind, x, xf, r0 * k + i * 32, bf, q, p0, p1, p2, p3,
                                                 d0, d1, d2, d3, a0, a1, a2, a3)
                 for t in range(J):
