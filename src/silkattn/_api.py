@@ -526,7 +526,7 @@ def _key_rows(a, Sk, lead):
     return _flat_rows(np.broadcast_to(a, a.shape[:-1] + (Sk,)), lead)
 
 
-def _units(K, V, lead):
+def _kv_units(K, V, lead):
     """(the K/V unit of each item, the number of units): items whose K and V are the same rows
     (broadcast K/V, the query heads of a group) share a unit."""
     ids = [np.broadcast_to(np.arange(math.prod(a.shape[:-2]), dtype=np.int64).reshape(a.shape[:-2]),
@@ -552,7 +552,7 @@ def _layout(Q, K, V, mask, bias, lead, q_offset, slopes):
             items[name] = p[1]
     items["out"] = np.arange(B, dtype=np.int64) * (Sq * dv)
     items["sq"], items["sk"], items["pos"] = Sq, Sk, q_offset
-    items["unit"], nunits = _units(K, V, lead)
+    items["unit"], nunits = _kv_units(K, V, lead)
     if slopes is not None:  # items run over (..., Hq): head h is item % Hq
         items["slope"] = np.tile(slopes, B // len(slopes))
     return parts, items, nunits
