@@ -786,128 +786,68 @@ def _pv_rest(s, sb, nb, v, vb, rs_v, c0, dv, parts, a):
 
 
 @_jit(inline="always")
+def _load4(a, i):
+    """The four registers at a[i], a[i + W], a[i + 2W], a[i + 3W]."""
+    W = vwidth(a)
+    return vload(a, i), vload(a, i + W), vload(a, i + 2 * W), vload(a, i + 3 * W)
+
+
+@_jit(inline="always")
+def _store4(a, i, x):
+    W = vwidth(a)
+    vstore(a, i, x[0])
+    vstore(a, i + W, x[1])
+    vstore(a, i + 2 * W, x[2])
+    vstore(a, i + 3 * W, x[3])
+
+
+@_jit(inline="always")
+def _fma4(p, v, x):
+    """x + p v for four registers x and v (four independent FMA chains)."""
+    return vfma(p, v[0], x[0]), vfma(p, v[1], x[1]), vfma(p, v[2], x[2]), vfma(p, v[3], x[3])
+
+
+@_jit(inline="always")
 def _pv_1x4(s, sb, nb, v, vb, rs_v, parts, a):
     """parts[a : a + 4W] += sum_j s[sb + j] V[vb + j * rs_v : + 4W]: four chains (one row)."""
-    W = vwidth(parts)
-    x0 = vload(parts, a)
-    x1 = vload(parts, a + W)
-    x2 = vload(parts, a + 2 * W)
-    x3 = vload(parts, a + 3 * W)
+    x = _load4(parts, a)
     for j in range(nb):
-        p = vbcast(s, sb + j)
-        vr = vb + j * rs_v
-        x0 = vfma(p, vload(v, vr), x0)
-        x1 = vfma(p, vload(v, vr + W), x1)
-        x2 = vfma(p, vload(v, vr + 2 * W), x2)
-        x3 = vfma(p, vload(v, vr + 3 * W), x3)
-    vstore(parts, a, x0)
-    vstore(parts, a + W, x1)
-    vstore(parts, a + 2 * W, x2)
-    vstore(parts, a + 3 * W, x3)
+        x = _fma4(vbcast(s, sb + j), _load4(v, vb + j * rs_v), x)
+    _store4(parts, a, x)
 
 
 @_jit(inline="always")
 def _pv_2x4(s, sb, nb, v, vb, rs_v, parts, a, lda):
     """_pv_1x4 for two rows (weights at sb and sb + LDS, accumulators at a and a + lda): each V
     register loaded once for both, eight chains."""
-    W = vwidth(parts)
-    x0 = vload(parts, a)
-    x1 = vload(parts, a + W)
-    x2 = vload(parts, a + 2 * W)
-    x3 = vload(parts, a + 3 * W)
-    y0 = vload(parts, a + lda)
-    y1 = vload(parts, a + lda + W)
-    y2 = vload(parts, a + lda + 2 * W)
-    y3 = vload(parts, a + lda + 3 * W)
+    x = _load4(parts, a)
+    y = _load4(parts, a + lda)
     for j in range(nb):
-        vr = vb + j * rs_v
-        v0 = vload(v, vr)
-        v1 = vload(v, vr + W)
-        v2 = vload(v, vr + 2 * W)
-        v3 = vload(v, vr + 3 * W)
-        p = vbcast(s, sb + j)
-        x0 = vfma(p, v0, x0)
-        x1 = vfma(p, v1, x1)
-        x2 = vfma(p, v2, x2)
-        x3 = vfma(p, v3, x3)
-        p = vbcast(s, sb + LDS + j)
-        y0 = vfma(p, v0, y0)
-        y1 = vfma(p, v1, y1)
-        y2 = vfma(p, v2, y2)
-        y3 = vfma(p, v3, y3)
-    vstore(parts, a, x0)
-    vstore(parts, a + W, x1)
-    vstore(parts, a + 2 * W, x2)
-    vstore(parts, a + 3 * W, x3)
-    vstore(parts, a + lda, y0)
-    vstore(parts, a + lda + W, y1)
-    vstore(parts, a + lda + 2 * W, y2)
-    vstore(parts, a + lda + 3 * W, y3)
+        vr = _load4(v, vb + j * rs_v)
+        x = _fma4(vbcast(s, sb + j), vr, x)
+        y = _fma4(vbcast(s, sb + LDS + j), vr, y)
+    _store4(parts, a, x)
+    _store4(parts, a + lda, y)
 
 
 @_jit(inline="always")
 def _pv_4x4(s, sb, nb, v, vb, rs_v, parts, a, lda):
     """_pv_2x4 for four rows (weights LDS apart, accumulators lda apart): sixteen chains, each V
     register loaded once for the four rows (AVX-512: 16 + 4 + 1 of its 32 registers)."""
-    W = vwidth(parts)
-    x0 = vload(parts, a)
-    x1 = vload(parts, a + W)
-    x2 = vload(parts, a + 2 * W)
-    x3 = vload(parts, a + 3 * W)
-    y0 = vload(parts, a + lda)
-    y1 = vload(parts, a + lda + W)
-    y2 = vload(parts, a + lda + 2 * W)
-    y3 = vload(parts, a + lda + 3 * W)
-    z0 = vload(parts, a + 2 * lda)
-    z1 = vload(parts, a + 2 * lda + W)
-    z2 = vload(parts, a + 2 * lda + 2 * W)
-    z3 = vload(parts, a + 2 * lda + 3 * W)
-    w0 = vload(parts, a + 3 * lda)
-    w1 = vload(parts, a + 3 * lda + W)
-    w2 = vload(parts, a + 3 * lda + 2 * W)
-    w3 = vload(parts, a + 3 * lda + 3 * W)
+    x = _load4(parts, a)
+    y = _load4(parts, a + lda)
+    z = _load4(parts, a + 2 * lda)
+    w = _load4(parts, a + 3 * lda)
     for j in range(nb):
-        vr = vb + j * rs_v
-        v0 = vload(v, vr)
-        v1 = vload(v, vr + W)
-        v2 = vload(v, vr + 2 * W)
-        v3 = vload(v, vr + 3 * W)
-        p = vbcast(s, sb + j)
-        x0 = vfma(p, v0, x0)
-        x1 = vfma(p, v1, x1)
-        x2 = vfma(p, v2, x2)
-        x3 = vfma(p, v3, x3)
-        p = vbcast(s, sb + LDS + j)
-        y0 = vfma(p, v0, y0)
-        y1 = vfma(p, v1, y1)
-        y2 = vfma(p, v2, y2)
-        y3 = vfma(p, v3, y3)
-        p = vbcast(s, sb + 2 * LDS + j)
-        z0 = vfma(p, v0, z0)
-        z1 = vfma(p, v1, z1)
-        z2 = vfma(p, v2, z2)
-        z3 = vfma(p, v3, z3)
-        p = vbcast(s, sb + 3 * LDS + j)
-        w0 = vfma(p, v0, w0)
-        w1 = vfma(p, v1, w1)
-        w2 = vfma(p, v2, w2)
-        w3 = vfma(p, v3, w3)
-    vstore(parts, a, x0)
-    vstore(parts, a + W, x1)
-    vstore(parts, a + 2 * W, x2)
-    vstore(parts, a + 3 * W, x3)
-    vstore(parts, a + lda, y0)
-    vstore(parts, a + lda + W, y1)
-    vstore(parts, a + lda + 2 * W, y2)
-    vstore(parts, a + lda + 3 * W, y3)
-    vstore(parts, a + 2 * lda, z0)
-    vstore(parts, a + 2 * lda + W, z1)
-    vstore(parts, a + 2 * lda + 2 * W, z2)
-    vstore(parts, a + 2 * lda + 3 * W, z3)
-    vstore(parts, a + 3 * lda, w0)
-    vstore(parts, a + 3 * lda + W, w1)
-    vstore(parts, a + 3 * lda + 2 * W, w2)
-    vstore(parts, a + 3 * lda + 3 * W, w3)
+        vr = _load4(v, vb + j * rs_v)
+        x = _fma4(vbcast(s, sb + j), vr, x)
+        y = _fma4(vbcast(s, sb + LDS + j), vr, y)
+        z = _fma4(vbcast(s, sb + 2 * LDS + j), vr, z)
+        w = _fma4(vbcast(s, sb + 3 * LDS + j), vr, w)
+    _store4(parts, a, x)
+    _store4(parts, a + lda, y)
+    _store4(parts, a + 2 * lda, z)
+    _store4(parts, a + 3 * lda, w)
 
 
 @_jit()
