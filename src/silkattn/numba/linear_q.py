@@ -99,21 +99,23 @@ def _block(kind, x, xf, xo, bf, q, d, a):
 
 
 @numba.njit(inline="always")
-def _rows4(kind, x, xf, xo, bf, q, p0, p1, p2, p3, d0, d1, d2, d3, a0, a1, a2, a3):
-    """_block for J = 4 rows of W, block at byte q of each (rows at bytes p_u of bf, scales d_u,
-    accumulators a_u), and one row of x (from xo of xf)."""
-    return (_block(kind, x, xf, xo, bf, p0 + q, d0, a0), _block(kind, x, xf, xo, bf, p1 + q, d1, a1),
-            _block(kind, x, xf, xo, bf, p2 + q, d2, a2), _block(kind, x, xf, xo, bf, p3 + q, d3, a3))
+def _rows4(kind, x, xf, xo, bf, q, p, d, a):
+    """_block for J = 4 rows of W, block at byte q of each (rows at bytes p[u] of bf, scales d[u],
+    accumulators a[u]), and one row of x (from xo of xf)."""
+    return (_block(kind, x, xf, xo, bf, p[0] + q, d[0], a[0]),
+            _block(kind, x, xf, xo, bf, p[1] + q, d[1], a[1]),
+            _block(kind, x, xf, xo, bf, p[2] + q, d[2], a[2]),
+            _block(kind, x, xf, xo, bf, p[3] + q, d[3], a[3]))
 
 
 @numba.njit(nogil=True, cache=CACHE, fastmath=FASTMATH)
-def _scales4(bf, f0, f1, f2, f3, sc, s):
-    """The scales of 4 rows' block (sc[s : s + 4], each in a whole register), and bf's bytes f_u
-    (the same block of the next task's rows) prefetched. A plain function: see _block."""
-    vprefetch(bf, f0)
-    vprefetch(bf, f1)
-    vprefetch(bf, f2)
-    vprefetch(bf, f3)
+def _scales4(bf, p, ahead, sc, s):
+    """The scales of 4 rows' block (sc[s : s + 4], each in a whole register), and bf's bytes
+    p[u] + ahead (the same block of the next task's rows) prefetched. A plain function: see _block."""
+    vprefetch(bf, p[0] + ahead)
+    vprefetch(bf, p[1] + ahead)
+    vprefetch(bf, p[2] + ahead)
+    vprefetch(bf, p[3] + ahead)
     return vbcast(sc, s), vbcast(sc, s + 1), vbcast(sc, s + 2), vbcast(sc, s + 3)
 
 
@@ -135,34 +137,27 @@ def _task_of(kind):
         off = 2 * nb * ROWS  # the rows' offsets in sc
         for j in range(j0, j1, J):
             u = j - j0
-            p0 = j * ldw + head
-            p1 = min(j + 1, j1 - 1) * ldw + head
-            p2 = min(j + 2, j1 - 1) * ldw + head
-            p3 = min(j + 3, j1 - 1) * ldw + head
+            pp = (j * ldw + head, min(j + 1, j1 - 1) * ldw + head, min(j + 2, j1 - 1) * ldw + head,
+                  min(j + 3, j1 - 1) * ldw + head)  # the J rows' first bytes
             # the next task's rows (the thread's next, under prange's static schedule) fetched
             # ahead: with J rows a pass and the scales read across ROWS rows, the hardware
             # prefetcher falls behind (a third to half slower with W streamed from memory)
             ahead = ROWS * ldw if j + ROWS + J <= n else 0
             for r0 in range(0, m, 2):
                 r1 = min(r0 + 1, m - 1)
-                a0 = vsplat(x, 0)
-                a1, a2, a3, b0, b1, b2, b3 = a0, a0, a0, a0, a0, a0, a0
+                zero = vsplat(x, 0)
+                acc0 = acc1 = (zero, zero, zero, zero)  # the J rows of W times row r0, and r1, of x
                 if r1 > r0:  # the block loop twice, for two rows of x and for one
                     for i in range(nb):
-                        q = i * size
-                        d0, d1, d2, d3 = _scales4(bf, p0 + q + ahead, p1 + q + ahead, p2 + q + ahead,
-                                                  p3 + q + ahead, sc, i * ROWS + u)
-                        a0, a1, a2, a3 = _rows4(kind, x, xf, r0 * k + i * 32, bf, q, p0, p1, p2, p3,
-                                                d0, d1, d2, d3, a0, a1, a2, a3)
-                        b0, b1, b2, b3 = _rows4(kind, x, xf, r1 * k + i * 32, bf, q, p0, p1, p2, p3,
-                                                d0, d1, d2, d3, b0, b1, b2, b3)
+                        d = _scales4(bf, pp, i * size + ahead, sc, i * ROWS + u)
+                        acc0 = _rows4(kind, x, xf, r0 * k + i * 32, bf, i * size, pp, d, acc0)
+                        acc1 = _rows4(kind, x, xf, r1 * k + i * 32, bf, i * size, pp, d, acc1)
                 else:
                     for i in range(nb):
-                        q = i * size
-                        d0, d1, d2, d3 = _scales4(bf, p0 + q + ahead, p1 + q + ahead, p2 + q + ahead,
-                                                  p3 + q + ahead, sc, i * ROWS + u)
-                        a0, a1, a2, a3 = _rows4(kind, x, xf, r0 * k + i * 32, bf, q, p0, p1, p2, p3,
-                                                d0, d1, d2, d3, a0, a1, a2, a3)
+                        d = _scales4(bf, pp, i * size + ahead, sc, i * ROWS + u)
+                        acc0 = _rows4(kind, x, xf, r0 * k + i * 32, bf, i * size, pp, d, acc0)
+                a0, a1, a2, a3 = acc0
+                b0, b1, b2, b3 = acc1
                 for t in range(J):
                     if j + t < j1:
                         y = hsum(a0 if t == 0 else a1 if t == 1 else a2 if t == 2 else a3)
