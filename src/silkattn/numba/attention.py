@@ -655,21 +655,36 @@ def _rows_qk(qv, dkr, nr, k, kb, rs_k, dk, nb, s):
 
 
 @_jit(inline="always")
+def _load4(a, i, step):
+    """The four registers at a[i], a[i + step], a[i + 2 step], a[i + 3 step]."""
+    return vload(a, i), vload(a, i + step), vload(a, i + 2 * step), vload(a, i + 3 * step)
+
+
+@_jit(inline="always")
+def _store4(a, i, x):
+    W = vwidth(a)
+    vstore(a, i, x[0])
+    vstore(a, i + W, x[1])
+    vstore(a, i + 2 * W, x[2])
+    vstore(a, i + 3 * W, x[3])
+
+
+@_jit(inline="always")
+def _fma4(p, v, x):
+    """x + p v for four registers x and v, p one register (four independent FMA chains)."""
+    return vfma(p, v[0], x[0]), vfma(p, v[1], x[1]), vfma(p, v[2], x[2]), vfma(p, v[3], x[3])
+
+
+@_jit(inline="always")
 def _qk_1x4(qv, q0, k, kb, rs_k, dk, dkv, s, sb):
     """s[sb : sb + 4] = the query at qv[q0] . the 4 keys at k[kb], k[kb + rs_k], ...: four chains of
     FMAs, their sums as one vector (lanes past sb + 3 are written too: the next keys' or slack)."""
     W = vwidth(s)
-    c0 = vsplat(s, 0)
-    c1 = c0
-    c2 = c0
-    c3 = c0
+    zero = vsplat(s, 0)
+    a = (zero, zero, zero, zero)
     for d in range(0, dkv, W):
-        x = vload(qv, q0 + d)
-        c0 = vfma(x, vload(k, kb + d), c0)
-        c1 = vfma(x, vload(k, kb + rs_k + d), c1)
-        c2 = vfma(x, vload(k, kb + 2 * rs_k + d), c2)
-        c3 = vfma(x, vload(k, kb + 3 * rs_k + d), c3)
-    vstore(s, sb, vsum4(c0, c1, c2, c3))
+        a = _fma4(vload(qv, q0 + d), _load4(k, kb + d, rs_k), a)
+    vstore(s, sb, vsum4(a[0], a[1], a[2], a[3]))
     for d in range(dkv, dk):
         for uu in range(4):
             s[sb + uu] += qv[q0 + d] * k[kb + uu * rs_k + d]
@@ -680,31 +695,14 @@ def _qk_2x4(qv, q0, dkr, k, kb, rs_k, dk, dkv, s, sb):
     """_qk_1x4 for the two queries at qv[q0] and qv[q0 + dkr] (scores at sb and sb + LDS): each key
     register loaded once for both, eight chains."""
     W = vwidth(s)
-    a0 = vsplat(s, 0)
-    a1 = a0
-    a2 = a0
-    a3 = a0
-    b0 = a0
-    b1 = a0
-    b2 = a0
-    b3 = a0
+    zero = vsplat(s, 0)
+    a = b = (zero, zero, zero, zero)
     for d in range(0, dkv, W):
-        x = vload(qv, q0 + d)
-        y = vload(qv, q0 + dkr + d)
-        kv = vload(k, kb + d)
-        a0 = vfma(x, kv, a0)
-        b0 = vfma(y, kv, b0)
-        kv = vload(k, kb + rs_k + d)
-        a1 = vfma(x, kv, a1)
-        b1 = vfma(y, kv, b1)
-        kv = vload(k, kb + 2 * rs_k + d)
-        a2 = vfma(x, kv, a2)
-        b2 = vfma(y, kv, b2)
-        kv = vload(k, kb + 3 * rs_k + d)
-        a3 = vfma(x, kv, a3)
-        b3 = vfma(y, kv, b3)
-    vstore(s, sb, vsum4(a0, a1, a2, a3))
-    vstore(s, sb + LDS, vsum4(b0, b1, b2, b3))
+        kv = _load4(k, kb + d, rs_k)
+        a = _fma4(vload(qv, q0 + d), kv, a)
+        b = _fma4(vload(qv, q0 + dkr + d), kv, b)
+    vstore(s, sb, vsum4(a[0], a[1], a[2], a[3]))
+    vstore(s, sb + LDS, vsum4(b[0], b[1], b[2], b[3]))
     for d in range(dkv, dk):
         for uu in range(4):
             s[sb + uu] += qv[q0 + d] * k[kb + uu * rs_k + d]
@@ -786,33 +784,12 @@ def _pv_rest(s, sb, nb, v, vb, rs_v, c0, dv, parts, a):
 
 
 @_jit(inline="always")
-def _load4(a, i):
-    """The four registers at a[i], a[i + W], a[i + 2W], a[i + 3W]."""
-    W = vwidth(a)
-    return vload(a, i), vload(a, i + W), vload(a, i + 2 * W), vload(a, i + 3 * W)
-
-
-@_jit(inline="always")
-def _store4(a, i, x):
-    W = vwidth(a)
-    vstore(a, i, x[0])
-    vstore(a, i + W, x[1])
-    vstore(a, i + 2 * W, x[2])
-    vstore(a, i + 3 * W, x[3])
-
-
-@_jit(inline="always")
-def _fma4(p, v, x):
-    """x + p v for four registers x and v (four independent FMA chains)."""
-    return vfma(p, v[0], x[0]), vfma(p, v[1], x[1]), vfma(p, v[2], x[2]), vfma(p, v[3], x[3])
-
-
-@_jit(inline="always")
 def _pv_1x4(s, sb, nb, v, vb, rs_v, parts, a):
     """parts[a : a + 4W] += sum_j s[sb + j] V[vb + j * rs_v : + 4W]: four chains (one row)."""
-    x = _load4(parts, a)
+    W = vwidth(parts)
+    x = _load4(parts, a, W)
     for j in range(nb):
-        x = _fma4(vbcast(s, sb + j), _load4(v, vb + j * rs_v), x)
+        x = _fma4(vbcast(s, sb + j), _load4(v, vb + j * rs_v, W), x)
     _store4(parts, a, x)
 
 
@@ -820,10 +797,11 @@ def _pv_1x4(s, sb, nb, v, vb, rs_v, parts, a):
 def _pv_2x4(s, sb, nb, v, vb, rs_v, parts, a, lda):
     """_pv_1x4 for two rows (weights at sb and sb + LDS, accumulators at a and a + lda): each V
     register loaded once for both, eight chains."""
-    x = _load4(parts, a)
-    y = _load4(parts, a + lda)
+    W = vwidth(parts)
+    x = _load4(parts, a, W)
+    y = _load4(parts, a + lda, W)
     for j in range(nb):
-        vr = _load4(v, vb + j * rs_v)
+        vr = _load4(v, vb + j * rs_v, W)
         x = _fma4(vbcast(s, sb + j), vr, x)
         y = _fma4(vbcast(s, sb + LDS + j), vr, y)
     _store4(parts, a, x)
@@ -834,12 +812,13 @@ def _pv_2x4(s, sb, nb, v, vb, rs_v, parts, a, lda):
 def _pv_4x4(s, sb, nb, v, vb, rs_v, parts, a, lda):
     """_pv_2x4 for four rows (weights LDS apart, accumulators lda apart): sixteen chains, each V
     register loaded once for the four rows (AVX-512: 16 + 4 + 1 of its 32 registers)."""
-    x = _load4(parts, a)
-    y = _load4(parts, a + lda)
-    z = _load4(parts, a + 2 * lda)
-    w = _load4(parts, a + 3 * lda)
+    W = vwidth(parts)
+    x = _load4(parts, a, W)
+    y = _load4(parts, a + lda, W)
+    z = _load4(parts, a + 2 * lda, W)
+    w = _load4(parts, a + 3 * lda, W)
     for j in range(nb):
-        vr = _load4(v, vb + j * rs_v)
+        vr = _load4(v, vb + j * rs_v, W)
         x = _fma4(vbcast(s, sb + j), vr, x)
         y = _fma4(vbcast(s, sb + LDS + j), vr, y)
         z = _fma4(vbcast(s, sb + 2 * LDS + j), vr, z)
