@@ -116,6 +116,15 @@ else:
         return types.int64(counter, i), codegen
 
 
+@_jit(inline="always")
+def _in_dtype(out, scale, softcap):
+    """scale and softcap rounded to out's dtype, so every score is computed in it."""
+    sc = np.empty(2, out.dtype)
+    sc[0] = scale
+    sc[1] = softcap
+    return sc[0], sc[1]
+
+
 @_jit()
 def _round16(n):
     return (n + 15) // 16 * 16
@@ -343,10 +352,7 @@ def attention_tiles(q, k, v, mask, bias, out, kp, vp, items, nslopes, units, til
     passed in: numba.get_num_threads() in jitted code would make the function uncachable); kp, vp:
     K and V packed by pack_kv (tile0: each unit's first tile); work: (>= nthreads,
     tile_scratch(...)[-1]) scratch, a row per thread."""
-    sc = np.empty(2, out.dtype)  # the constants in the arrays' dtype
-    sc[0] = scale
-    sc[1] = softcap
-    scale_, cap = sc[0], sc[1]
+    scale_, cap = _in_dtype(out, scale, softcap)
     counter = np.zeros(1, np.int64)
     ntasks = tasks.shape[0]
     # One parallel iteration per thread, each taking the next task until none is left (a static
@@ -517,10 +523,7 @@ def attention_rows(q, k, v, mask, bias, out, items, nslopes, units, groups, rows
     """The plan's chunks taken in order by nthreads threads; the thread that completes a group's
     last chunk merges the group's partial results (parts: (rows x (dv + 2)) values, row r of
     chunk c at (c.part + r) * (dv + 2): m, l, acc[dv]); work: a row of rows_scratch(...) a thread."""
-    sc = np.empty(2, out.dtype)
-    sc[0] = scale
-    sc[1] = softcap
-    scale_, cap = sc[0], sc[1]
+    scale_, cap = _in_dtype(out, scale, softcap)
     counter = np.zeros(1, np.int64)     # the next chunk
     done = np.zeros(groups.shape[0], np.int64)  # each group's chunks done
     nchunks = chunks.shape[0]
