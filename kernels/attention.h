@@ -93,15 +93,10 @@ static size_t sa_attn_rows_scratch(int64_t dk, int64_t dv) {
 #define SA_TEMPLATE "tmpl_attention.h"
 #include "instances.h"
 
-#define SA_DISPATCH(T, name)                                                                       \
-    static inline void sa_attn_tile_##name(int isa, const sa_attn_plan *a, const sa_task *t, void *scratch) { \
-        SA_PICK(sa_attn_tile_##name, isa)(a, t, scratch); }                                          \
-    static inline void sa_attn_rows_part_##name(int isa, const sa_attn_plan *a, const sa_chunk *c, T *parts, \
-                                                T *scratch) {                                        \
-        SA_PICK(sa_attn_rows_part_##name, isa)(a, c, parts, scratch); }                              \
-    static inline void sa_attn_rows_merge_##name(int isa, const sa_attn_plan *a, const sa_group *g, \
-                                                 const T *parts) {                                   \
-        SA_PICK(sa_attn_rows_merge_##name, isa)(a, g, parts); }
-SA_DISPATCH(float, f32)
-SA_DISPATCH(double, f64)
-#undef SA_DISPATCH
+/* The kernels, for SA_DISPATCHERS (isa.h): X(name, pick, (params), (args)) */
+#define SA_ATTENTION_KERNELS(X, T)                                                                  \
+    X(attn_tile, SA_PICK, (const sa_attn_plan *a, const sa_task *t, void *scratch), (a, t, scratch))  \
+    X(attn_rows_part, SA_PICK, (const sa_attn_plan *a, const sa_chunk *c, T *parts, T *scratch),     \
+      (a, c, parts, scratch))                                                                       \
+    X(attn_rows_merge, SA_PICK, (const sa_attn_plan *a, const sa_group *g, const T *parts), (a, g, parts))
+SA_DISPATCHERS(SA_ATTENTION_KERNELS)
