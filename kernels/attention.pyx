@@ -53,6 +53,31 @@ cdef extern from "attention.h" nogil:
     void sa_attn_rows_merge_f32(int isa, const sa_attn_plan *a, const sa_group *g, const float *parts)
     void sa_attn_rows_merge_f64(int isa, const sa_attn_plan *a, const sa_group *g, const double *parts)
 
+
+# The kernels for the dtype of floating (attn_tile's scratch, bytes the kernel carves into arrays
+# of its dtype, is typed here only to choose the copy).
+cdef inline void _attn_tile(const sa_attn_plan *a, const sa_task *t, floating *scratch) noexcept nogil:
+    if floating is float:
+        sa_attn_tile_f32(ISA, a, t, scratch)
+    else:
+        sa_attn_tile_f64(ISA, a, t, scratch)
+
+
+cdef inline void _attn_rows_part(const sa_attn_plan *a, const sa_chunk *c, floating *parts,
+                                 floating *scratch) noexcept nogil:
+    if floating is float:
+        sa_attn_rows_part_f32(ISA, a, c, parts, scratch)
+    else:
+        sa_attn_rows_part_f64(ISA, a, c, parts, scratch)
+
+
+cdef inline void _attn_rows_merge(const sa_attn_plan *a, const sa_group *g,
+                                  const floating *parts) noexcept nogil:
+    if floating is float:
+        sa_attn_rows_merge_f32(ISA, a, g, parts)
+    else:
+        sa_attn_rows_merge_f64(ISA, a, g, parts)
+
 # The tile geometry (attention.h) the plan cuts tasks for: bq rows by default, at most 144 (few
 # tiles are sized so every thread gets the same rows), heights rounded to register blocks (the
 # 64-byte copies run 8-row blocks).
@@ -103,10 +128,7 @@ cdef _tiles(sa_attn_plan *a, plan, floating *dtype, int num_threads):
             if scratch == NULL:
                 failed += 1
                 continue
-            if floating is float:
-                sa_attn_tile_f32(ISA, a, &a.tasks[w], scratch)
-            else:
-                sa_attn_tile_f64(ISA, a, &a.tasks[w], scratch)
+            _attn_tile(a, &a.tasks[w], <floating *>scratch)
         free(scratch)
     if failed:
         raise MemoryError(f"attention could not allocate {nbytes} bytes of scratch per thread")
@@ -130,17 +152,11 @@ cdef _rows(sa_attn_plan *a, plan, floating *dtype, int num_threads):
                 if scratch == NULL:
                     failed += 1
                     continue
-                if floating is float:
-                    sa_attn_rows_part_f32(ISA, a, &a.chunks[w], parts, scratch)
-                else:
-                    sa_attn_rows_part_f64(ISA, a, &a.chunks[w], parts, scratch)
+                _attn_rows_part(a, &a.chunks[w], parts, scratch)
             free(scratch)
         if not failed:
             for w in range(ngroups):
-                if floating is float:
-                    sa_attn_rows_merge_f32(ISA, a, &a.groups[w], parts)
-                else:
-                    sa_attn_rows_merge_f64(ISA, a, &a.groups[w], parts)
+                _attn_rows_merge(a, &a.groups[w], parts)
     free(parts)
     if failed:
         raise MemoryError(f"attention could not allocate {nscratch} bytes of scratch per thread")
