@@ -43,7 +43,8 @@ cdef extern from "attention.h" nogil:
         const sa_group *groups
         const sa_row *rows
         const sa_chunk *chunks
-    int SA_MR, SA_MR_WIDE, SA_BQ, SA_BK
+    int SA_BR_OF(int vbytes)
+    int SA_BQ, SA_BK
     size_t sa_attn_scratch_bytes(const sa_attn_plan *a, size_t tsize)
     size_t sa_attn_rows_scratch(int64_t dk, int64_t dv)
     void sa_attn_tile_f32(int isa, const sa_attn_plan *a, const sa_task *t, void *scratch)
@@ -79,9 +80,9 @@ cdef inline void _attn_rows_merge(const sa_attn_plan *a, const sa_group *g,
         sa_attn_rows_merge_f64(ISA, a, g, parts)
 
 # The tile geometry (attention.h) the plan cuts tasks for: bq rows by default, at most 144 (few
-# tiles are sized so every thread gets the same rows), heights rounded to register blocks (the
-# 64-byte copies run 8-row blocks).
-TILES = {"bq": SA_BQ, "max_bq": 144, "mr": SA_MR_WIDE if ISA_NAME in ("avx512", "avx2x64") else SA_MR}
+# tiles are sized so every thread gets the same rows), heights rounded to the register blocks of the
+# copy that runs (SA_BR_OF its vector width: the avx512 and avx2x64 copies' 64 bytes, else at most 32).
+TILES = {"bq": SA_BQ, "max_bq": 144, "mr": SA_BR_OF(64 if ISA_NAME in ("avx512", "avx2x64") else 32)}
 
 
 def attention(plan, int num_threads):
