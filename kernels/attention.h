@@ -12,16 +12,17 @@
  * The Numba kernel uses the same margin (silkattn/numba/attention.py). */
 #define SA_EXACT_MARGIN 2000.0
 
-/* The blocking geometry, named once. Register blocks are SA_MR rows x SA_NR columns (SA_NR = two
- * vectors, so it depends on the instance: see tmpl_attention.h): S^T = K Q^T runs SA_MR keys x
- * SA_NR queries, O += P V runs SA_MR queries x SA_NR columns of d_v. The 64-byte instances have
- * 32 registers on AVX-512 and run SA_MR_WIDE rows (a multiple of 8 divides SA_BK and SA_BQ, so no
- * block is padded); SA_MR_MAX sizes the scratch for either. Tiles are SA_BQ queries x SA_BK keys by
- * default: the S^T tile (SA_BK x SA_BQ) then stays in L1. SA_COL_PAD: room past a row for the last
- * register block of any instance (2 vectors of 64 bytes of float). */
-#define SA_MR 6
-#define SA_MR_WIDE 8
-#define SA_MR_MAX 8
+/* The blocking geometry, named once. Register blocks are SA_BR rows x SA_NR columns, both set by
+ * the copy's vector width (tmpl_attention.h; SA_NR is two vectors): S^T = K Q^T runs SA_BR keys x
+ * SA_NR queries, O += P V runs SA_BR queries x SA_NR columns of d_v. SA_BR_OF(vbytes): the rows of
+ * the copies of that vector width, as many as fit 2 SA_BR accumulators + 2 operands + 1 broadcast in
+ * the register file: 6 in AVX2's 16 registers (and the generic copy's), 8 in AVX-512's 32 for the
+ * 64-byte copies (8 divides SA_BK and SA_BQ, so no block is padded; avx2x64 runs those 8-row blocks
+ * on AVX2, for the tests). SA_BR_MAX, the most of any copy, sizes the scratch they share. Tiles are
+ * SA_BQ queries x SA_BK keys by default: the S^T tile (SA_BK x SA_BQ) then stays in L1. SA_COL_PAD:
+ * room past a row for the last register block of any instance (2 vectors of 64 bytes of float). */
+#define SA_BR_OF(vbytes) ((vbytes) == 64 ? 8 : 6)
+#define SA_BR_MAX SA_BR_OF(64)
 #define SA_BQ 96
 #define SA_BK 64
 #define SA_COL_PAD 32
@@ -75,9 +76,9 @@ static void *sa_carve(char **cur, int64_t rows, int64_t cols, size_t tsize) {
 static size_t sa_attn_scratch_bytes(const sa_attn_plan *a, size_t tsize) {
     char *cur = NULL;  /* the same carving as sa_attn_tile, counted from address 0 */
     int64_t ldq = a->bq + SA_COL_PAD;
-    sa_carve(&cur, a->dk, ldq, tsize), sa_carve(&cur, a->bk + SA_MR_MAX, ldq, tsize);
-    sa_carve(&cur, SA_MR_MAX, a->dk, tsize), sa_carve(&cur, a->bk, a->dv + SA_COL_PAD, tsize);
-    sa_carve(&cur, a->bq + SA_MR_MAX, a->dv + SA_COL_PAD, tsize), sa_carve(&cur, 3, ldq, tsize);
+    sa_carve(&cur, a->dk, ldq, tsize), sa_carve(&cur, a->bk + SA_BR_MAX, ldq, tsize);
+    sa_carve(&cur, SA_BR_MAX, a->dk, tsize), sa_carve(&cur, a->bk, a->dv + SA_COL_PAD, tsize);
+    sa_carve(&cur, a->bq + SA_BR_MAX, a->dv + SA_COL_PAD, tsize), sa_carve(&cur, 3, ldq, tsize);
     return (size_t)cur;
 }
 
@@ -93,15 +94,10 @@ static size_t sa_attn_rows_scratch(int64_t dk, int64_t dv) {
 #define SA_TEMPLATE "tmpl_attention.h"
 #include "instances.h"
 
-#define SA_DISPATCH(T, name)                                                                       \
-    static inline void sa_attn_tile_##name(int isa, const sa_attn_plan *a, const sa_task *t, void *scratch) { \
-        SA_PICK(sa_attn_tile_##name, isa)(a, t, scratch); }                                          \
-    static inline void sa_attn_rows_part_##name(int isa, const sa_attn_plan *a, const sa_chunk *c, T *parts, \
-                                                T *scratch) {                                        \
-        SA_PICK(sa_attn_rows_part_##name, isa)(a, c, parts, scratch); }                              \
-    static inline void sa_attn_rows_merge_##name(int isa, const sa_attn_plan *a, const sa_group *g, \
-                                                 const T *parts) {                                   \
-        SA_PICK(sa_attn_rows_merge_##name, isa)(a, g, parts); }
-SA_DISPATCH(float, f32)
-SA_DISPATCH(double, f64)
-#undef SA_DISPATCH
+/* The kernels, for SA_DISPATCHERS (isa.h): X(name, pick, (params), (args)) */
+#define SA_ATTENTION_KERNELS(X, T)                                                                  \
+    X(attn_tile, SA_PICK, (const sa_attn_plan *a, const sa_task *t, void *scratch), (a, t, scratch))  \
+    X(attn_rows_part, SA_PICK, (const sa_attn_plan *a, const sa_chunk *c, T *parts, T *scratch),     \
+      (a, c, parts, scratch))                                                                       \
+    X(attn_rows_merge, SA_PICK, (const sa_attn_plan *a, const sa_group *g, const T *parts), (a, g, parts))
+SA_DISPATCHERS(SA_ATTENTION_KERNELS)

@@ -43,7 +43,8 @@ cdef extern from "attention.h" nogil:
         const sa_group *groups
         const sa_row *rows
         const sa_chunk *chunks
-    int SA_MR, SA_MR_WIDE, SA_BQ, SA_BK
+    int SA_BR_OF(int vbytes)
+    int SA_BQ, SA_BK
     size_t sa_attn_scratch_bytes(const sa_attn_plan *a, size_t tsize)
     size_t sa_attn_rows_scratch(int64_t dk, int64_t dv)
     void sa_attn_tile_f32(int isa, const sa_attn_plan *a, const sa_task *t, void *scratch)
@@ -53,10 +54,35 @@ cdef extern from "attention.h" nogil:
     void sa_attn_rows_merge_f32(int isa, const sa_attn_plan *a, const sa_group *g, const float *parts)
     void sa_attn_rows_merge_f64(int isa, const sa_attn_plan *a, const sa_group *g, const double *parts)
 
+
+# The kernels for the dtype of floating (attn_tile's scratch, bytes the kernel carves into arrays
+# of its dtype, is typed here only to choose the copy).
+cdef inline void _attn_tile(const sa_attn_plan *a, const sa_task *t, floating *scratch) noexcept nogil:
+    if floating is float:
+        sa_attn_tile_f32(ISA, a, t, scratch)
+    else:
+        sa_attn_tile_f64(ISA, a, t, scratch)
+
+
+cdef inline void _attn_rows_part(const sa_attn_plan *a, const sa_chunk *c, floating *parts,
+                                 floating *scratch) noexcept nogil:
+    if floating is float:
+        sa_attn_rows_part_f32(ISA, a, c, parts, scratch)
+    else:
+        sa_attn_rows_part_f64(ISA, a, c, parts, scratch)
+
+
+cdef inline void _attn_rows_merge(const sa_attn_plan *a, const sa_group *g,
+                                  const floating *parts) noexcept nogil:
+    if floating is float:
+        sa_attn_rows_merge_f32(ISA, a, g, parts)
+    else:
+        sa_attn_rows_merge_f64(ISA, a, g, parts)
+
 # The tile geometry (attention.h) the plan cuts tasks for: bq rows by default, at most 144 (few
-# tiles are sized so every thread gets the same rows), heights rounded to register blocks (the
-# 64-byte copies run 8-row blocks).
-TILES = {"bq": SA_BQ, "max_bq": 144, "mr": SA_MR_WIDE if ISA_NAME in ("avx512", "avx2x64") else SA_MR}
+# tiles are sized so every thread gets the same rows), heights rounded to the register blocks of the
+# copy that runs (SA_BR_OF its vector width: the avx512 and avx2x64 copies' 64 bytes, else at most 32).
+TILES = {"bq": SA_BQ, "max_bq": 144, "mr": SA_BR_OF(64 if ISA_NAME in ("avx512", "avx2x64") else 32)}
 
 
 def attention(plan, int num_threads):
@@ -103,10 +129,7 @@ cdef _tiles(sa_attn_plan *a, plan, floating *dtype, int num_threads):
             if scratch == NULL:
                 failed += 1
                 continue
-            if floating is float:
-                sa_attn_tile_f32(ISA, a, &a.tasks[w], scratch)
-            else:
-                sa_attn_tile_f64(ISA, a, &a.tasks[w], scratch)
+            _attn_tile(a, &a.tasks[w], <floating *>scratch)
         free(scratch)
     if failed:
         raise MemoryError(f"attention could not allocate {nbytes} bytes of scratch per thread")
@@ -130,17 +153,11 @@ cdef _rows(sa_attn_plan *a, plan, floating *dtype, int num_threads):
                 if scratch == NULL:
                     failed += 1
                     continue
-                if floating is float:
-                    sa_attn_rows_part_f32(ISA, a, &a.chunks[w], parts, scratch)
-                else:
-                    sa_attn_rows_part_f64(ISA, a, &a.chunks[w], parts, scratch)
+                _attn_rows_part(a, &a.chunks[w], parts, scratch)
             free(scratch)
         if not failed:
             for w in range(ngroups):
-                if floating is float:
-                    sa_attn_rows_merge_f32(ISA, a, &a.groups[w], parts)
-                else:
-                    sa_attn_rows_merge_f64(ISA, a, &a.groups[w], parts)
+                _attn_rows_merge(a, &a.groups[w], parts)
     free(parts)
     if failed:
         raise MemoryError(f"attention could not allocate {nscratch} bytes of scratch per thread")

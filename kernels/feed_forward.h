@@ -2,9 +2,7 @@
 #define SA_TEMPLATE "tmpl_feed_forward.h"
 #include "instances.h"
 
-#define SA_DISPATCH(T, name)                                                                  \
-    static inline void sa_bias_gelu_row_##name(int isa, T *h, const T *b, int64_t n) {         \
-        SA_PICK(sa_bias_gelu_row_##name, isa)(h, b, n); }
-SA_DISPATCH(float, f32)
-SA_DISPATCH(double, f64)
-#undef SA_DISPATCH
+/* The kernels, for SA_DISPATCHERS (isa.h): X(name, pick, (params), (args)) */
+#define SA_FEED_FORWARD_KERNELS(X, T) \
+    X(bias_gelu_row, SA_PICK, (T *h, const T *b, int64_t n), (h, b, n))
+SA_DISPATCHERS(SA_FEED_FORWARD_KERNELS)

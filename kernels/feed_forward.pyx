@@ -11,6 +11,13 @@ cdef extern from "feed_forward.h" nogil:
     void sa_bias_gelu_row_f64(int isa, double *h, const double *b, int64_t n)
 
 
+cdef inline void _bias_gelu_row(floating *h, const floating *b, int64_t n) noexcept nogil:
+    if floating is float:
+        sa_bias_gelu_row_f32(ISA, h, b, n)
+    else:
+        sa_bias_gelu_row_f64(ISA, h, b, n)
+
+
 def bias_relu(floating[:, ::1] h, const floating[::1] b, int num_threads):
     """h: (rows, n) C-contiguous, b: (n,). NaN stays NaN, as with np.maximum."""
     cdef Py_ssize_t i, j, n = h.shape[1]
@@ -27,7 +34,4 @@ def bias_gelu(floating[:, ::1] h, const floating[::1] b, int num_threads):
     cdef Py_ssize_t i, n = h.shape[1]
     with nogil:
         for i in prange(h.shape[0], num_threads=num_threads, schedule="static"):
-            if floating is float:
-                sa_bias_gelu_row_f32(ISA, &h[i, 0], &b[0], n)
-            else:
-                sa_bias_gelu_row_f64(ISA, &h[i, 0], &b[0], n)
+            _bias_gelu_row(&h[i, 0], &b[0], n)

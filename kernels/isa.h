@@ -13,6 +13,23 @@ enum { SA_ISA_GENERIC = 0, SA_ISA_AVX2 = 1, SA_ISA_AVX512 = 2, SA_ISA_AVX2X64 = 
     ((isa) == SA_ISA_AVX512 ? fn##_avx512 : (isa) == SA_ISA_AVX2X64 ? fn##_avx2x64         \
      : (isa) == SA_ISA_AVX2 ? fn##_avx2 : fn##_generic)
 
+/* The run-time dispatchers of an op's kernels, written from the op header's one list of them (an
+ * X-macro). SA_<OP>_KERNELS(X, T) calls X(name, pick, params, args) once per kernel, T standing
+ * for the element type:
+ *   name    the kernel without its sa_ prefix and dtype: sa_<name>_<f32|f64>_<isa> are its copies
+ *   pick    SA_PICK, or SA_PICK_Q8 (instances.h) for the int8 products that have an avx512vnni copy
+ *   params  its parameters in parentheses, without the leading int isa
+ *   args    those parameters' names in parentheses, as passed on
+ * SA_DISPATCHERS(list) writes, for float and for double,
+ *   static inline void sa_<name>_f32(int isa, params...) { pick(sa_<name>_f32, isa) args; }
+ * and SA_DISPATCHERS_F32(list) the float ones only (the ops compiled for float32 alone). */
+#define SA_WITH_ISA(...) (int isa, __VA_ARGS__)
+#define SA_DISPATCHER(fn, pick, params, args) static inline void fn SA_WITH_ISA params { pick(fn, isa) args; }
+#define SA_DISPATCHER_F32(name, pick, params, args) SA_DISPATCHER(sa_##name##_f32, pick, params, args)
+#define SA_DISPATCHER_F64(name, pick, params, args) SA_DISPATCHER(sa_##name##_f64, pick, params, args)
+#define SA_DISPATCHERS(list) list(SA_DISPATCHER_F32, float) list(SA_DISPATCHER_F64, double)
+#define SA_DISPATCHERS_F32(list) list(SA_DISPATCHER_F32, float)
+
 /* AVX2 with FMA and F16C (every AVX2 CPU has them; the copies are compiled for all three). */
 static inline int sa_cpu_has_avx2(void) {
 #if defined(__x86_64__) || defined(__i386__)

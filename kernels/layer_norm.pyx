@@ -12,6 +12,21 @@ cdef extern from "layer_norm.h" nogil:
     void sa_add_row_f64(int isa, const double *x, const double *r, double *s, int64_t n)
 
 
+cdef inline void _layer_norm_row(const floating *x, const floating *g, const floating *b, floating eps,
+                                 floating *out, int64_t n) noexcept nogil:
+    if floating is float:
+        sa_layer_norm_row_f32(ISA, x, g, b, eps, out, n)
+    else:
+        sa_layer_norm_row_f64(ISA, x, g, b, eps, out, n)
+
+
+cdef inline void _add_row(const floating *x, const floating *r, floating *s, int64_t n) noexcept nogil:
+    if floating is float:
+        sa_add_row_f32(ISA, x, r, s, n)
+    else:
+        sa_add_row_f64(ISA, x, r, s, n)
+
+
 def layer_norm(const floating[:, ::1] x, const floating[::1] g, const floating[::1] b, double eps,
                floating[:, ::1] out, int num_threads):
     """x, out: (rows, n) C-contiguous; g, b: (n,); each thread takes a block of whole rows."""
@@ -19,10 +34,7 @@ def layer_norm(const floating[:, ::1] x, const floating[::1] g, const floating[:
     cdef floating e = <floating>eps
     with nogil:
         for i in prange(x.shape[0], num_threads=num_threads, schedule="static"):
-            if floating is float:
-                sa_layer_norm_row_f32(ISA, &x[i, 0], &g[0], &b[0], e, &out[i, 0], n)
-            else:
-                sa_layer_norm_row_f64(ISA, &x[i, 0], &g[0], &b[0], e, &out[i, 0], n)
+            _layer_norm_row(&x[i, 0], &g[0], &b[0], e, &out[i, 0], n)
 
 
 def add_layer_norm(const floating[:, ::1] x, const floating[:, ::1] r, const floating[::1] g,
@@ -32,9 +44,5 @@ def add_layer_norm(const floating[:, ::1] x, const floating[:, ::1] r, const flo
     cdef floating e = <floating>eps
     with nogil:
         for i in prange(x.shape[0], num_threads=num_threads, schedule="static"):
-            if floating is float:
-                sa_add_row_f32(ISA, &x[i, 0], &r[i, 0], &s[i, 0], n)
-                sa_layer_norm_row_f32(ISA, &s[i, 0], &g[0], &b[0], e, &out[i, 0], n)
-            else:
-                sa_add_row_f64(ISA, &x[i, 0], &r[i, 0], &s[i, 0], n)
-                sa_layer_norm_row_f64(ISA, &s[i, 0], &g[0], &b[0], e, &out[i, 0], n)
+            _add_row(&x[i, 0], &r[i, 0], &s[i, 0], n)
+            _layer_norm_row(&s[i, 0], &g[0], &b[0], e, &out[i, 0], n)

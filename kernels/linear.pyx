@@ -17,6 +17,22 @@ cdef extern from "linear.h" nogil:
     void sa_linear_dots_f64(int isa, const double *x, int64_t ldx, int64_t m, const double *w, int64_t k,
                             int64_t j0, int64_t j1, double *y, int64_t ldy)
 
+
+cdef inline void _linear_rows(const floating *x, int64_t ldx, int64_t m, const floating *w, int64_t n,
+                              int64_t i0, int64_t i1, floating *y) noexcept nogil:
+    if floating is float:
+        sa_linear_rows_f32(ISA, x, ldx, m, w, n, i0, i1, y)
+    else:
+        sa_linear_rows_f64(ISA, x, ldx, m, w, n, i0, i1, y)
+
+
+cdef inline void _linear_dots(const floating *x, int64_t ldx, int64_t m, const floating *w, int64_t k,
+                              int64_t j0, int64_t j1, floating *y, int64_t ldy) noexcept nogil:
+    if floating is float:
+        sa_linear_dots_f32(ISA, x, ldx, m, w, k, j0, j1, y, ldy)
+    else:
+        sa_linear_dots_f64(ISA, x, ldx, m, w, k, j0, j1, y, ldy)
+
 # Outputs per task of the transposed product (a multiple of every instance's lane count).
 cdef Py_ssize_t DOT_BLOCK = 64
 
@@ -33,12 +49,8 @@ def linear(const floating[:, ::1] x, const floating[:, ::1] w, const floating[::
     if transposed:
         with nogil:
             for j in prange(nblocks, num_threads=num_threads, schedule="static"):
-                if floating is float:
-                    sa_linear_dots_f32(ISA, &x[0, 0], k, m, &w[0, 0], k, j * DOT_BLOCK,
-                                       min(n, (j + 1) * DOT_BLOCK), &out[0, 0], n)
-                else:
-                    sa_linear_dots_f64(ISA, &x[0, 0], k, m, &w[0, 0], k, j * DOT_BLOCK,
-                                       min(n, (j + 1) * DOT_BLOCK), &out[0, 0], n)
+                _linear_dots(&x[0, 0], k, m, &w[0, 0], k, j * DOT_BLOCK, min(n, (j + 1) * DOT_BLOCK),
+                             &out[0, 0], n)
     else:
         T = max(1, min(T, k // 64))  # a thread's share of w: at least 64 rows
         if T > 1:
@@ -48,19 +60,13 @@ def linear(const floating[:, ::1] x, const floating[:, ::1] w, const floating[::
         with nogil:
             if T == 1:
                 memset(&out[0, 0], 0, m * n * sizeof(floating))
-                if floating is float:
-                    sa_linear_rows_f32(ISA, &x[0, 0], k, m, &w[0, 0], n, 0, k, &out[0, 0])
-                else:
-                    sa_linear_rows_f64(ISA, &x[0, 0], k, m, &w[0, 0], n, 0, k, &out[0, 0])
+                _linear_rows(&x[0, 0], k, m, &w[0, 0], n, 0, k, &out[0, 0])
             else:
                 for t in prange(T, num_threads=T, schedule="static"):  # one share of w's rows each
                     i0, i1 = t * k // T, (t + 1) * k // T
                     y = partial + t * m * n
                     memset(y, 0, m * n * sizeof(floating))
-                    if floating is float:
-                        sa_linear_rows_f32(ISA, &x[0, 0], k, m, &w[0, 0], n, i0, i1, y)
-                    else:
-                        sa_linear_rows_f64(ISA, &x[0, 0], k, m, &w[0, 0], n, i0, i1, y)
+                    _linear_rows(&x[0, 0], k, m, &w[0, 0], n, i0, i1, y)
                 for r in range(m):
                     for j in range(n):
                         out[r, j] = partial[r * n + j]

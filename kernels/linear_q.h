@@ -5,24 +5,21 @@
 #define SA_VNNI_COPY
 #include "instances.h"
 
-static inline void sa_linear_q_xsum_f32(int isa, const float *x, int64_t k, int64_t m, float *xs) {
-    SA_PICK(sa_linear_q_xsum_f32, isa)(x, k, m, xs);
-}
-static inline void sa_linear_q_rows_f32(int isa, int kind, const float *x, int64_t k, int64_t m, const uint8_t *w,
-                                        int64_t ldw, int64_t n, const float *xs, const float *b, int64_t j0,
-                                        int64_t j1, float *y, int64_t ldy) {
-    SA_PICK(sa_linear_q_rows_f32, isa)(kind, x, k, m, w, ldw, n, xs, b, j0, j1, y, ldy);
-}
-static inline void sa_dequantize_rows_f32(int isa, int kind, const uint8_t *w, int64_t ldw, int64_t k, int64_t j0,
-                                          int64_t rows, float *out) {
-    SA_PICK(sa_dequantize_rows_f32, isa)(kind, w, ldw, k, j0, rows, out);
-}
-static inline void sa_quantize_q8_f32(int isa, const float *x, int64_t k, int64_t m, int8_t *xq, float *xd,
-                                      float *xs) {
-    SA_PICK(sa_quantize_q8_f32, isa)(x, k, m, xq, xd, xs);
-}
-static inline void sa_linear_q8_rows_f32(int isa, int kind, const int8_t *xq, const float *xd, const float *xs,
-                                         int64_t k, int64_t m, const uint8_t *w, int64_t ldw, int64_t n,
-                                         const float *b, int64_t j0, int64_t j1, float *y, int64_t ldy) {
-    SA_PICK_Q8(sa_linear_q8_rows_f32, isa)(kind, xq, xd, xs, k, m, w, ldw, n, b, j0, j1, y, ldy);
-}
+/* The kernels, float32 only (SA_DISPATCHERS_F32, isa.h): X(name, pick, (params), (args)); the int8
+ * products take SA_PICK_Q8, which prefers the avx512vnni copy where the CPU has VNNI */
+#define SA_LINEAR_Q_KERNELS(X, T)                                                                   \
+    X(linear_q_xsum, SA_PICK, (const T *x, int64_t k, int64_t m, T *xs), (x, k, m, xs))             \
+    X(linear_q_rows, SA_PICK, (int kind, const T *x, int64_t k, int64_t m, const uint8_t *w,        \
+                               int64_t ldw, int64_t n, const T *xs, const T *b, int64_t j0,         \
+                               int64_t j1, T *y, int64_t ldy),                                      \
+      (kind, x, k, m, w, ldw, n, xs, b, j0, j1, y, ldy))                                            \
+    X(dequantize_rows, SA_PICK, (int kind, const uint8_t *w, int64_t ldw, int64_t k, int64_t j0,    \
+                                 int64_t rows, T *out),                                             \
+      (kind, w, ldw, k, j0, rows, out))                                                             \
+    X(quantize_q8, SA_PICK, (const T *x, int64_t k, int64_t m, int8_t *xq, T *xd, T *xs),           \
+      (x, k, m, xq, xd, xs))                                                                        \
+    X(linear_q8_rows, SA_PICK_Q8, (int kind, const int8_t *xq, const T *xd, const T *xs, int64_t k, \
+                                   int64_t m, const uint8_t *w, int64_t ldw, int64_t n, const T *b, \
+                                   int64_t j0, int64_t j1, T *y, int64_t ldy),                      \
+      (kind, xq, xd, xs, k, m, w, ldw, n, b, j0, j1, y, ldy))
+SA_DISPATCHERS_F32(SA_LINEAR_Q_KERNELS)

@@ -14,6 +14,22 @@ cdef extern from "rms_norm.h" nogil:
                                  double *s, double *out, int64_t n)
 
 
+cdef inline void _rms_norm_row(const floating *x, const floating *g, floating eps, floating *out,
+                               int64_t n) noexcept nogil:
+    if floating is float:
+        sa_rms_norm_row_f32(ISA, x, g, eps, out, n)
+    else:
+        sa_rms_norm_row_f64(ISA, x, g, eps, out, n)
+
+
+cdef inline void _add_rms_norm_row(const floating *x, const floating *r, const floating *g, floating eps,
+                                   floating *s, floating *out, int64_t n) noexcept nogil:
+    if floating is float:
+        sa_add_rms_norm_row_f32(ISA, x, r, g, eps, s, out, n)
+    else:
+        sa_add_rms_norm_row_f64(ISA, x, r, g, eps, s, out, n)
+
+
 def rms_norm(const floating[:, ::1] x, const floating[::1] g, double eps, floating[:, ::1] out,
              int num_threads):
     """x, out: (rows, n) C-contiguous; g: (n,); each thread takes a block of whole rows."""
@@ -21,10 +37,7 @@ def rms_norm(const floating[:, ::1] x, const floating[::1] g, double eps, floati
     cdef floating e = <floating>eps
     with nogil:
         for i in prange(x.shape[0], num_threads=num_threads, schedule="static"):
-            if floating is float:
-                sa_rms_norm_row_f32(ISA, &x[i, 0], &g[0], e, &out[i, 0], n)
-            else:
-                sa_rms_norm_row_f64(ISA, &x[i, 0], &g[0], e, &out[i, 0], n)
+            _rms_norm_row(&x[i, 0], &g[0], e, &out[i, 0], n)
 
 
 def add_rms_norm(const floating[:, ::1] x, const floating[:, ::1] r, const floating[::1] g, double eps,
@@ -34,7 +47,4 @@ def add_rms_norm(const floating[:, ::1] x, const floating[:, ::1] r, const float
     cdef floating e = <floating>eps
     with nogil:
         for i in prange(x.shape[0], num_threads=num_threads, schedule="static"):
-            if floating is float:
-                sa_add_rms_norm_row_f32(ISA, &x[i, 0], &r[i, 0], &g[0], e, &s[i, 0], &out[i, 0], n)
-            else:
-                sa_add_rms_norm_row_f64(ISA, &x[i, 0], &r[i, 0], &g[0], e, &s[i, 0], &out[i, 0], n)
+            _add_rms_norm_row(&x[i, 0], &r[i, 0], &g[0], e, &s[i, 0], &out[i, 0], n)

@@ -11,6 +11,14 @@ cdef extern from "rope.h" nogil:
     void sa_rope_row_f64(int isa, const double *x, const double *c, const double *s, double *out, int64_t h)
 
 
+cdef inline void _rope_row(const floating *x, const floating *c, const floating *s, floating *out,
+                           int64_t h) noexcept nogil:
+    if floating is float:
+        sa_rope_row_f32(ISA, x, c, s, out, h)
+    else:
+        sa_rope_row_f64(ISA, x, c, s, out, h)
+
+
 def rope(const floating[::1] x, const int64_t[::1] xo, floating[::1] out, const int64_t[::1] oo,
          const floating[:, ::1] cos, const floating[:, ::1] sin, const int64_t[::1] positions, int num_threads):
     """Row r of x (x[xo[r]:][:d], d = 2 * h, h = cos.shape[1]) into out[oo[r]:][:d] (out may be x:
@@ -21,7 +29,4 @@ def rope(const floating[::1] x, const int64_t[::1] xo, floating[::1] out, const 
     with nogil:
         for r in prange(xo.shape[0], num_threads=num_threads, schedule="static"):
             p = positions[r % seq]
-            if floating is float:
-                sa_rope_row_f32(ISA, &x[xo[r]], &cos[p, 0], &sin[p, 0], &out[oo[r]], h)
-            else:
-                sa_rope_row_f64(ISA, &x[xo[r]], &cos[p, 0], &sin[p, 0], &out[oo[r]], h)
+            _rope_row(&x[xo[r]], &cos[p, 0], &sin[p, 0], &out[oo[r]], h)

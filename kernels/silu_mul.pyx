@@ -10,6 +10,13 @@ cdef extern from "silu_mul.h" nogil:
     void sa_silu_mul_row_f64(int isa, const double *g, const double *u, double *out, int64_t n)
 
 
+cdef inline void _silu_mul_row(const floating *g, const floating *u, floating *out, int64_t n) noexcept nogil:
+    if floating is float:
+        sa_silu_mul_row_f32(ISA, g, u, out, n)
+    else:
+        sa_silu_mul_row_f64(ISA, g, u, out, n)
+
+
 def silu_mul(const floating[::1] g, const int64_t[::1] go, const floating[::1] u, const int64_t[::1] uo,
              floating[::1] out, const int64_t[::1] oo, Py_ssize_t n, int num_threads):
     """Row r: out[oo[r]:][:n] = silu(g[go[r]:][:n]) u[uo[r]:][:n] (out may be g or u: in place). Each
@@ -17,7 +24,4 @@ def silu_mul(const floating[::1] g, const int64_t[::1] go, const floating[::1] u
     cdef Py_ssize_t r
     with nogil:
         for r in prange(go.shape[0], num_threads=num_threads, schedule="static"):
-            if floating is float:
-                sa_silu_mul_row_f32(ISA, &g[go[r]], &u[uo[r]], &out[oo[r]], n)
-            else:
-                sa_silu_mul_row_f64(ISA, &g[go[r]], &u[uo[r]], &out[oo[r]], n)
+            _silu_mul_row(&g[go[r]], &u[uo[r]], &out[oo[r]], n)

@@ -10,12 +10,16 @@ cdef extern from "softmax.h" nogil:
     void sa_softmax_row_f64(int isa, const double *x, double *out, int64_t n)
 
 
+cdef inline void _softmax_row(const floating *x, floating *out, int64_t n) noexcept nogil:
+    if floating is float:
+        sa_softmax_row_f32(ISA, x, out, n)
+    else:
+        sa_softmax_row_f64(ISA, x, out, n)
+
+
 def softmax(const floating[:, ::1] x, floating[:, ::1] out, int num_threads):
     """x, out: (rows, n) C-contiguous, same dtype; each thread takes a block of whole rows."""
     cdef Py_ssize_t i, n = x.shape[1]
     with nogil:
         for i in prange(x.shape[0], num_threads=num_threads, schedule="static"):
-            if floating is float:
-                sa_softmax_row_f32(ISA, &x[i, 0], &out[i, 0], n)
-            else:
-                sa_softmax_row_f64(ISA, &x[i, 0], &out[i, 0], n)
+            _softmax_row(&x[i, 0], &out[i, 0], n)

@@ -16,13 +16,7 @@
  * absurd scores). Such rare rows are recomputed exactly over all keys by exact_row. */
 #include "tmpl_simd.h"
 #define SA_NR (2 * SA_VL)  /* columns per register block: queries of S^T, or d_v columns of O */
-/* Rows per register block: 2 SA_BR accumulators + 2 operands + 1 broadcast must fit the register
- * file (16 vector registers on AVX2, 32 with AVX-512). */
-#if SA_VBYTES == 64
-#define SA_BR SA_MR_WIDE
-#else
-#define SA_BR SA_MR
-#endif
+#define SA_BR SA_BR_OF(SA_VBYTES)  /* rows per register block in this copy (attention.h says why) */
 
 /* st[j][0:NR] = sum_p k[j][p] * qt[p][0:NR] for the SA_BR keys j at k, k + ldk, ... */
 static inline __attribute__((always_inline)) void SA_FN(qk_block)(const SA_T *restrict k, int64_t ldk, int64_t dk, const SA_T *restrict qt,
@@ -163,9 +157,9 @@ static void SA_FN(sa_attn_tile)(const sa_attn_plan *a, const sa_task *task, void
     const uint8_t *mk = a->has_mask ? a->mask + it->mask + q0 * rs_m : NULL;
     SA_T *out = (SA_T *)a->out + it->out + q0 * dv;
     char *cur = (char *)scratch;
-    SA_T *qt = sa_carve(&cur, dk, ldq, sizeof(SA_T)), *st = sa_carve(&cur, bk + SA_MR_MAX, ldq, sizeof(SA_T));
-    SA_T *kpad = sa_carve(&cur, SA_MR_MAX, dk, sizeof(SA_T)), *vp = sa_carve(&cur, bk, dv + SA_COL_PAD, sizeof(SA_T));
-    SA_T *acc = sa_carve(&cur, a->bq + SA_MR_MAX, dv + SA_COL_PAD, sizeof(SA_T));
+    SA_T *qt = sa_carve(&cur, dk, ldq, sizeof(SA_T)), *st = sa_carve(&cur, bk + SA_BR_MAX, ldq, sizeof(SA_T));
+    SA_T *kpad = sa_carve(&cur, SA_BR_MAX, dk, sizeof(SA_T)), *vp = sa_carve(&cur, bk, dv + SA_COL_PAD, sizeof(SA_T));
+    SA_T *acc = sa_carve(&cur, a->bq + SA_BR_MAX, dv + SA_COL_PAD, sizeof(SA_T));
     SA_T *m = sa_carve(&cur, 3, ldq, sizeof(SA_T)), *l = m + ldq, *alpha = l + ldq;
     const SA_T masked_l2 = (SA_T)(SA_MASKED * SA_LOG2E);  /* the masked score in log2 units */
     const SA_T exact_below = (SA_T)((SA_MASKED + SA_EXACT_MARGIN) * SA_LOG2E);
@@ -176,7 +170,7 @@ static void SA_FN(sa_attn_tile)(const sa_attn_plan *a, const sa_task *task, void
         for (int64_t r = 0; r < nqv; r++) qt[p * ldq + r] = r < nq ? q[r * a->rs_q + p] * qscale : 0;
     for (int64_t r = 0; r < ldq; r++) { m[r] = -INFINITY; l[r] = 0; }
     memset(acc, 0, sizeof(SA_T) * nqr * dvp);
-    memset(st, 0, sizeof(SA_T) * (bk + SA_MR_MAX) * ldq);  /* padded queries stay finite */
+    memset(st, 0, sizeof(SA_T) * (bk + SA_BR_MAX) * ldq);  /* padded queries stay finite */
 
     /* the keys some row of the tile sees: [pb - left, pb + nq - 1 + right] within the item's */
     const int64_t kbeg = pb - a->left > 0 ? (pb - a->left < Sk ? pb - a->left : Sk) : 0;
