@@ -388,37 +388,16 @@ def _tile_start(q, Qp, acc, mrun, lrun, qb, q0, nq, nqr, rs_q, dk, dvp, scale):
 @_jit(inline="always")
 def _tile_hidden(mask, mb, q0, nq, rs_mask, k0, nk):
     """Does the mask hide keys k0 .. k0 + nk from every row q0 .. q0 + nq of the task?"""
+    hidden = True
     for r in range(nq):
         mr = mb + (q0 + r) * rs_mask + k0
         for j in range(nk):
             if mask[mr + j] != 0:
-                return False
-    return True
-
-
-@_jit(inline="always")
-def _online_softmax(S, sr, acc, ar, dvp, mrun, lrun, r):
-    """Row r of the tile: S[sr : sr + BK] = exp(s - m_new), m_new = max(m, max s); the row's sum
-    l = l e^(m - m_new) + sum_j S[sr + j] and accumulator acc[ar : ar + dvp] *= e^(m - m_new)."""
-    W = vwidth(S)
-    mx = vload(S, sr)
-    for jv in range(W, BK, W):
-        mx = vmax(mx, vload(S, sr + jv))
-    m_new = max(mrun[r], hmax(mx))
-    if m_new == -np.inf:  # every score so far -inf (a -inf bias): nothing to add yet
-        for jv in range(0, BK, W):
-            vstore(S, sr + jv, vsplat(S, 0))
-        return
-    sm = vexp_sub(S, sr, S, sr, BK, m_new)
-    if m_new > mrun[r]:
-        alpha = math.exp(mrun[r] - m_new)
-        lrun[r] = lrun[r] * alpha
-        if alpha != 1:
-            va = vsplat(S, alpha)
-            for dc in range(0, dvp, W):
-                vstore(acc, ar + dc, vmul(vload(acc, ar + dc), va))
-        mrun[r] = m_new
-    lrun[r] += hsum(sm)
+                hidden = False
+                break
+        if not hidden:
+            break
+    return hidden
 
 
 @_jit()
@@ -431,7 +410,8 @@ def _tile(b, q0, nq, q, k, v, mask, bias, out, kp, vp, items, nslopes, units, ti
     Qp = buf[o_q:o_m]            # the query tile, scaled: (BQ, dk)
     mrun = buf[o_m:o_l]          # running max
     lrun = buf[o_l:o_row]        # running sum
-    W2 = 2 * vwidth(out)
+    W = vwidth(out)
+    W2 = 2 * W
     u, sk, pos = items[b, IT_UNIT], items[b, IT_SK], items[b, IT_POS]
     qb, mb, bb = items[b, IT_Q], items[b, IT_MASK], items[b, IT_BIAS]
     nslope = nslopes[b]
@@ -462,7 +442,26 @@ def _tile(b, q0, nq, q, k, v, mask, bias, out, kp, vp, items, nslopes, units, ti
             i = q0 + r
             _features(S, r * BK, nk, BK, k0, pos + i, cap, bias, bb + i * rs_bias + k0, has_bias, nslope,
                       has_alibi, mask, mb + i * rs_mask + k0, has_mask, left, right, windowed)
-            _online_softmax(S, r * BK, acc, r * dvp, dvp, mrun, lrun, r)
+            # the online softmax of row r: p = exp(s - m_new), l and acc rescaled by e^(m - m_new)
+            sr = r * BK
+            mx = vload(S, sr)
+            for jv in range(W, BK, W):
+                mx = vmax(mx, vload(S, sr + jv))
+            m_new = max(mrun[r], hmax(mx))
+            if m_new == -np.inf:  # every score so far -inf (a -inf bias): nothing to add yet
+                for jv in range(0, BK, W):
+                    vstore(S, sr + jv, vsplat(S, 0))
+                continue
+            sm = vexp_sub(S, sr, S, sr, BK, m_new)
+            if m_new > mrun[r]:
+                alpha = math.exp(mrun[r] - m_new)
+                lrun[r] = lrun[r] * alpha
+                if alpha != 1:
+                    va = vsplat(S, alpha)
+                    for dc in range(0, dvp, W):
+                        vstore(acc, r * dvp + dc, vmul(vload(acc, r * dvp + dc), va))
+                mrun[r] = m_new
+            lrun[r] += hsum(sm)
         # ---- acc += P V_tile: R rows x 2 registers of d_v a block, each block over only the keys
         # its rows can see (the others weigh exactly 0, or the row takes the exact path)
         vb = (tile0[u] + t) * BK * dvp

@@ -22,37 +22,6 @@ def _scale_row(xf, base, g, rstd, of, nv, nt, buf, W):
             of[base + nv + k] = buf[2 * W + k]
 
 
-@numba.njit(inline="always", fastmath=FASTMATH)
-def _sum_squares(xf, base, nv, nt, buf):
-    """sum_j xf[base + j]^2 over a row of nv + nt values, in four register-wide partial sums of FMAs
-    (the nt past the last whole register through buf[0:W], whose lanes past nt stay zero)."""
-    W = vwidth(xf)
-    q0 = vsplat(xf, 0)
-    q1 = q0
-    q2 = q0
-    q3 = q0
-    j = 0
-    while j + 4 * W <= nv:
-        v = vload(xf, base + j)
-        q0 = vfma(v, v, q0)
-        v = vload(xf, base + j + W)
-        q1 = vfma(v, v, q1)
-        v = vload(xf, base + j + 2 * W)
-        q2 = vfma(v, v, q2)
-        v = vload(xf, base + j + 3 * W)
-        q3 = vfma(v, v, q3)
-        j += 4 * W
-    while j < nv:
-        v = vload(xf, base + j)
-        q0 = vfma(v, v, q0)
-        j += W
-    for k in range(nt):
-        buf[k] = xf[base + nv + k]
-    v = vload(buf, 0)
-    q1 = vfma(v, v, q1)
-    return hsum(vadd(vadd(q0, q1), vadd(q2, q3)))
-
-
 @numba.njit(parallel=True, nogil=True, cache=CACHE, fastmath=FASTMATH)
 def rms_norm_rows(x, g, eps, out, nthreads):
     """out = g * x / sqrt(mean(x^2) + eps) per row. A plain sum of squares (nothing cancels: every
@@ -73,9 +42,33 @@ def rms_norm_rows(x, g, eps, out, nthreads):
         buf = buf_all[p]  # [0:W] the row's tail (zeros after it), [W:2W] g's tail, [2W:3W] the result's
         for j in range(nt):
             buf[W + j] = g[nv + j]
+        zero = vsplat(x, 0)
         for i in range(p * rows // nthreads, (p + 1) * rows // nthreads):
             base = i * n
-            ms = _sum_squares(xf, base, nv, nt, buf) / c[0]
+            q0 = zero
+            q1 = zero
+            q2 = zero
+            q3 = zero
+            j = 0
+            while j + 4 * W <= nv:
+                v = vload(xf, base + j)
+                q0 = vfma(v, v, q0)
+                v = vload(xf, base + j + W)
+                q1 = vfma(v, v, q1)
+                v = vload(xf, base + j + 2 * W)
+                q2 = vfma(v, v, q2)
+                v = vload(xf, base + j + 3 * W)
+                q3 = vfma(v, v, q3)
+                j += 4 * W
+            while j < nv:
+                v = vload(xf, base + j)
+                q0 = vfma(v, v, q0)
+                j += W
+            for k in range(nt):
+                buf[k] = xf[base + nv + k]
+            v = vload(buf, 0)
+            q1 = vfma(v, v, q1)
+            ms = hsum(vadd(vadd(q0, q1), vadd(q2, q3))) / c[0]
             _scale_row(xf, base, g, 1 / math.sqrt(ms + c[1]), of, nv, nt, buf, W)
 
 
