@@ -45,15 +45,16 @@ def _erf_typed(x):
 @numba.njit(parallel=True, nogil=True, cache=CACHE, fastmath=FASTMATH)
 def bias_act_rows(h, b, gelu):
     """h = gelu(h + b) if gelu else max(h + b, 0), in place, in h's dtype."""
-    c = np.empty(3, h.dtype)  # the constants in h's dtype
-    c[0], c[1], c[2] = SQRT_HALF, 0.5, 1
     rows, n = h.shape
-    for i in prange(rows):
-        if gelu:
+    if gelu:
+        c = np.empty(3, h.dtype)  # the constants in h's dtype
+        c[0], c[1], c[2] = SQRT_HALF, 0.5, 1
+        for i in prange(rows):
             for j in range(n):
                 v = h[i, j] + b[j]
                 h[i, j] = v * (c[2] + _erf(v * c[0])) * c[1]
-        else:
+    else:
+        for i in prange(rows):
             for j in range(n):
                 v = h[i, j] + b[j]
                 h[i, j] = v if not v < 0 else 0  # NaN stays NaN, as with np.maximum
