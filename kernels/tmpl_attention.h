@@ -352,7 +352,7 @@ static void SA_FN(sa_attn_rows_part)(const sa_attn_plan *a, const sa_chunk *c, S
     const sa_group *g = a->groups + c->group;
     const sa_unit *u = a->units + g->unit;
     const int64_t dk = a->dk, dv = a->dv, rs_k = a->rs_k, rs_v = a->rs_v, nrows = g->nrows;
-    const int64_t dkv = dk - dk % SA_VL, ldq = dk + SA_COL_PAD, lds = SA_DEC_BLOCK + SA_COL_PAD;
+    const int64_t ldq = dk + SA_COL_PAD, lds = SA_DEC_BLOCK + SA_COL_PAD;
     const int64_t dvp = (dv + SA_VL - 1) / SA_VL * SA_VL;
     const SA_T *k = (const SA_T *)a->k + u->k, *v = (const SA_T *)a->v + u->v;
     const SA_T masked_l2 = (SA_T)(SA_MASKED * SA_LOG2E);
@@ -381,15 +381,7 @@ static void SA_FN(sa_attn_rows_part)(const sa_attn_plan *a, const sa_chunk *c, S
                 if (seen[r]) STORE(s + r * lds + j, SA_FN(dots)(qs + r * ldq, k + (k0 + j) * rs_k, rs_k, dk));
         for (; j < nb; j++) {
             const SA_T *kr = k + (k0 + j) * rs_k;
-            for (int64_t r = 0; r < nrows; r++) {
-                const SA_T *qr = qs + r * ldq;
-                VEC c0 = SA_FN(splat)(0);
-                int64_t d = 0;
-                for (; d < dkv; d += SA_VL) c0 += LOAD(qr + d) * LOAD(kr + d);
-                SA_T s0 = SA_FN(hsum)(c0);
-                for (; d < dk; d++) s0 += qr[d] * kr[d];
-                s[r * lds + j] = s0;
-            }
+            for (int64_t r = 0; r < nrows; r++) s[r * lds + j] = SA_FN(dot)(qs + r * ldq, kr, dk);
         }
         for (int64_t r = 0; r < nrows; r++) {
             SA_T *sr = s + r * lds;

@@ -36,13 +36,7 @@ static void SA_FN(sa_decode_head)(const SA_T *q, const SA_T *K, const SA_T *V, i
     }
     SA_T top = nv ? SA_FN(hmax)(tops) : -INFINITY;
     for (; t < n; t++) {
-        const SA_T *kt = K + t * ldk;
-        VEC acc = SA_FN(splat)(0);
-        int64_t j = 0;
-        for (; j < dv; j += SA_VL) acc += LOAD(q + j) * LOAD(kt + j);
-        SA_T dot = SA_FN(hsum)(acc);
-        for (; j < dh; j++) dot += q[j] * kt[j];
-        s[t] = keep && !keep[t] ? (SA_T)-1e9 : dot * scale;
+        s[t] = keep && !keep[t] ? (SA_T)-1e9 : SA_FN(dot)(q, K + t * ldk, dh) * scale;
         top = s[t] > top ? s[t] : top;
     }
     VEC sums = SA_FN(splat)(0);

@@ -79,6 +79,18 @@ static inline VEC SA_FN(lane_sums)(const VEC *v) {
 #undef SA_PS
 }
 
+/* x[0:n] . w[0:n]: whole vectors in one chain of FMAs, then the tail one value at a time (a lone
+ * key's score; dots below takes SA_VL keys at once). */
+static inline SA_T SA_FN(dot)(const SA_T *x, const SA_T *w, int64_t n) {
+    const int64_t nv = n - n % SA_VL;
+    VEC c = SA_FN(splat)(0);
+    int64_t d = 0;
+    for (; d < nv; d += SA_VL) c += LOAD(x + d) * LOAD(w + d);
+    SA_T s = SA_FN(hsum)(c);
+    for (; d < n; d++) s += x[d] * w[d];
+    return s;
+}
+
 /* r[u] = x[0:n] . w[u ld : u ld + n] for the SA_VL rows u of w: SA_VL independent chains of FMAs, their
  * sums taken by one transpose (lane_sums) instead of a horizontal sum per row. */
 static inline __attribute__((always_inline)) VEC SA_FN(dots)(const SA_T *x, const SA_T *w, int64_t ld, int64_t n) {
