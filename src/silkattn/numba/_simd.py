@@ -8,15 +8,14 @@ only vectorises innermost loops by itself, which makes plain loops round-trip th
 through L1) and exp is a vectorised polynomial (math.exp stays a scalar libm call here: no SVML in
 this llvmlite). With NUMBA_DISABLE_JIT=1 the same names are plain NumPy functions on small arrays,
 so the kernel source still runs (slowly) as Python.
-
-Numba's on-disk cache only tracks the file a function is defined in: after editing this file,
-delete src/silkattn/numba/__pycache__/*.nb[ic] or the kernels may load stale machine code.
 """
 import math
 import os
 
 import numba
 import numpy as np
+
+from ._jit import jit
 
 # fastmath: 'contract' only (a * b + c may become one FMA). Not True, nor 'nnan'/'ninf': they let LLVM
 # assume no NaN or Inf, so the -inf running-max start, the -inf padding and NaN inputs would become
@@ -563,7 +562,7 @@ else:
         return v(v), codegen
 
 
-@numba.njit(inline="always", fastmath=FASTMATH)
+@jit(inline="always", fastmath=FASTMATH)
 def vexp_sub(src, si, dst, di, n, m):
     """dst[di + j] = exp(src[si + j] - m) for j < n (a whole number of registers; src may be dst);
     returns the register of their partial sums. The softmax's exp pass, for every kernel that has one."""

@@ -2,17 +2,17 @@
 (rows, n) array: h = max(h + b, 0) and h = gelu(h + b) = v (1 + erf(v / sqrt 2)) / 2, v = h + b."""
 import math
 
-import numba
 import numpy as np
 from numba import prange, types
 from numba.extending import overload
 
+from ._jit import jit
 from ._simd import CACHE, FASTMATH
 
 SQRT_HALF = 0.70710678118654752440
 
 
-@numba.njit(inline="always", fastmath=FASTMATH)
+@jit(inline="always", fastmath=FASTMATH)
 def _erf32(x):
     """erf for float32: a rational approximation on x clamped to [-4, 4] (odd numerator of degree 13,
     even denominator of degree 8; the monomial coefficients of Eigen's and XLA's fast float erf),
@@ -42,7 +42,7 @@ def _erf_typed(x):
     return (lambda x: _erf32(x)) if x == types.float32 else (lambda x: math.erf(x))
 
 
-@numba.njit(parallel=True, nogil=True, cache=CACHE, fastmath=FASTMATH)
+@jit(cache=CACHE, parallel=True, fastmath=FASTMATH)
 def bias_act_rows(h, b, gelu):
     """h = gelu(h + b) if gelu else max(h + b, 0), in place, in h's dtype."""
     rows, n = h.shape

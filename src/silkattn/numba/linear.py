@@ -5,15 +5,15 @@ speed memory streams W: the kernels walk W in its storage order (no transposed c
 the few rows of y in cache. linear_rows splits W's rows among the threads, each summing into its
 own partial result; linear_dots (y = x W^T) gives the threads blocks of outputs.
 """
-import numba
 from numba import prange
 
+from ._jit import jit
 from ._simd import CACHE, FASTMATH, hsum, vfma, vget, vload, vsplat, vstore, vsum4, vwidth
 
 DOT_BLOCK = 64  # outputs per task of linear_dots
 
 
-@numba.njit(parallel=True, nogil=True, cache=CACHE, fastmath=FASTMATH)
+@jit(cache=CACHE, parallel=True, fastmath=FASTMATH)
 def linear_rows(x, w, partial):
     """partial[t] = x[:, rows_t] w[rows_t, :] for the len(partial) shares rows_t of w's rows; the
     caller adds the shares up. x: (m, k), w: (k, n), partial: (T, m, n), all C-contiguous."""
@@ -55,7 +55,7 @@ def linear_rows(x, w, partial):
             i += 1
 
 
-@numba.njit(parallel=True, nogil=True, cache=CACHE, fastmath=FASTMATH)
+@jit(cache=CACHE, parallel=True, fastmath=FASTMATH)
 def linear_dots(x, w, out):
     """out[r, j] = x[r, :] . w[j, :] (out = x w^T). x: (m, k), w: (n, k), out: (m, n), C-contiguous.
     Four outputs at a time, their dot products summed as one vector (vsum4)."""

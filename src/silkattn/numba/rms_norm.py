@@ -1,14 +1,14 @@
 """Numba rms_norm kernels over the rows of C-contiguous (rows, n) arrays; one thread per block of rows."""
 import math
 
-import numba
 import numpy as np
 from numba import prange
 
+from ._jit import jit
 from ._simd import CACHE, FASTMATH, hsum, vadd, vfma, vload, vmul, vsplat, vstore, vwidth
 
 
-@numba.njit(inline="always", fastmath=FASTMATH)
+@jit(inline="always", fastmath=FASTMATH)
 def _scale_row(xf, base, g, rstd, of, nv, nt, buf, W):
     """of[base:base + n] = xf[base:base + n] * rstd * g; the tail (nt < W) through buf: lanes [0:W]
     hold the row's tail, [W:2W] g's, [2W:3W] take the result (so the zeros after the row's tail stay
@@ -22,7 +22,7 @@ def _scale_row(xf, base, g, rstd, of, nv, nt, buf, W):
             of[base + nv + k] = buf[2 * W + k]
 
 
-@numba.njit(parallel=True, nogil=True, cache=CACHE, fastmath=FASTMATH)
+@jit(cache=CACHE, parallel=True, fastmath=FASTMATH)
 def rms_norm_rows(x, g, eps, out, nthreads):
     """out = g * x / sqrt(mean(x^2) + eps) per row. A plain sum of squares (nothing cancels: every
     term is positive) in four register-wide partial sums of FMAs, in a fixed order, so the result
@@ -72,7 +72,7 @@ def rms_norm_rows(x, g, eps, out, nthreads):
             _scale_row(xf, base, g, 1 / math.sqrt(ms + c[1]), of, nv, nt, buf, W)
 
 
-@numba.njit(parallel=True, nogil=True, cache=CACHE, fastmath=FASTMATH)
+@jit(cache=CACHE, parallel=True, fastmath=FASTMATH)
 def add_rms_norm_rows(x, r, g, eps, s, out, nthreads):
     """s = x + r (the residual add) and out = rms_norm(s) per row: the squares summed as s is
     written (two partial sums), so the second pass reads s from L1."""

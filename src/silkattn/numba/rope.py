@@ -1,14 +1,14 @@
 """Numba rope kernel over rows given as offsets into flat views (silkattn._api._row_layout)."""
-import numba
 from numba import prange
 
+from ._jit import jit
 from ._simd import CACHE, vadd, vload, vmul, vstore, vsub, vwidth
 
 
 # No fastmath: not even 'contract', so that x c - y s rounds each product as NumPy does and the
 # result is the reference's to the last bit (one FMA would round it differently, which at a large
 # |x| with cancellation is far from the result).
-@numba.njit(parallel=True, nogil=True, cache=CACHE)
+@jit(cache=CACHE, parallel=True)
 def rope_rows(x, xo, out, oo, cos, sin, positions):
     """Row r, `x[xo[r]:][:d]` at position p = positions[r % seq]: out[oo[r] + i] = x_i c_i - x_(i+h) s_i
     and out[oo[r] + h + i] = x_(i+h) c_i + x_i s_i, h = d / 2, c and s row p of the cos and sin tables.

@@ -1,13 +1,13 @@
 """Numba kernel of the SwiGLU gate, out = silu(g) u = g / (1 + exp(-g)) * u, over rows given as
 offsets into flat views (silkattn._api._row_layout); one thread per block of rows."""
-import numba
 import numpy as np
 from numba import prange
 
+from ._jit import jit
 from ._simd import CACHE, FASTMATH, vadd, vdiv, vexp, vload, vmax, vmin, vmul, vsplat, vstore, vsub, vwidth
 
 
-@numba.njit(inline="always", fastmath=FASTMATH)
+@jit(inline="always", fastmath=FASTMATH)
 def _silu_mul(g, u, one, top, inf):
     """silu(g) u on one register. exp(-g) as the reference's np.exp: vexp up to `top` (88 float, 709
     double; it has no clamp at the top) and +inf above, where silu(g) is g / inf = -0 as the
@@ -18,7 +18,7 @@ def _silu_mul(g, u, one, top, inf):
     return vmul(vdiv(g, vadd(one, e)), u)
 
 
-@numba.njit(parallel=True, nogil=True, cache=CACHE, fastmath=FASTMATH)
+@jit(cache=CACHE, parallel=True, fastmath=FASTMATH)
 def silu_mul_rows(g, go, u, uo, out, oo, n, nthreads):
     """Row r: `out[oo[r]:][:n] = silu(g[go[r]:][:n]) u[uo[r]:][:n]`; out may be g or u (in place:
     each element is read before its store). The tail of a row that is not a whole number of

@@ -3,6 +3,7 @@ import numba
 import numpy as np
 from numba import prange
 
+from ._jit import jit
 from ._simd import (
     CACHE,
     FASTMATH,
@@ -19,7 +20,7 @@ from ._simd import (
 )
 
 
-@numba.njit(parallel=True, nogil=True, cache=CACHE, fastmath=FASTMATH)
+@jit(cache=CACHE, parallel=True, fastmath=FASTMATH)
 def softmax_rows(x, out, nthreads):
     """out[i] = exp(x[i] - max x[i]) / sum exp(x[i] - max x[i]): max, exp + sum, scale, each a
     register-wide pass (the row is L1/L2-resident after the first); the tail of a row that is not a
