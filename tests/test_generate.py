@@ -96,32 +96,46 @@ def test_fused_seq2seq_step_equals_a_full_recompute(on_backend, rng, norm, padde
         assert_close(logits, ref.decode(tgt[:t + 1], memory64, P64, pad)[-1], np.float32)
 
 
-def test_block_layer_kernel_checks_its_shapes(any_backend):
-    """The kernels' own checks, the last guard before C or Numba index the buffers."""
-    kernel = any_backend.KERNELS.block_layer
-    if kernel is None:
-        pytest.skip(f"{any_backend.__name__} runs the step as separate ops")
+def test_block_step_records_refuse_what_does_not_fit(any_backend):
+    """The listing's block as a layer_step_record: every field checked against the others once
+    (the kernels trust the record), a TypeError or ValueError naming the argument; cross-attention
+    too, and a call past the cache."""
     d, h, dff, cap, f32 = 64, 4, 96, 8, np.float32
     p = small_decoder()["layers"][0]
     K, V = np.zeros((cap, d), f32), np.zeros((cap, d), f32)
-    none_w, none_v, none_g = np.zeros((1, 1), f32), np.zeros((0, d), f32), np.zeros(0, f32)
+    W1, b1, W2, b2 = p["ffn"]
+    memory = (np.ones((5, d), f32), np.ones((5, d), f32))
+    good = dict(heads=h, norm1=tuple(p["ln1"]), qkv=fused_qkv(*p["attn"][:3]), o=p["attn"][3],
+                norm2=tuple(p["ln2"]), up=(W1, b1), down=(W2, b2), cache=(K, V), eps=1e-5)
+    cross = dict(norm=tuple(p["ln1"]), q=p["attn"][0], o=p["attn"][3], memory=memory, keep=[1, 1, 0, 1, 1])
 
-    def call(**change):
-        a = dict(x=np.ones(d, f32), wqkv=fused_qkv(*p["attn"][:3]), w2=p["ffn"][2], K=K, pos=3,
-                 scores=np.empty((h, cap), f32), hn=np.empty(max(d, dff), f32))
-        a.update(change)
-        kernel(a["x"], *p["ln1"], none_g, none_g, *p["ln2"], a["wqkv"], p["attn"][3], none_w, none_w,
-               *p["ffn"][:2], a["w2"], p["ffn"][3], a["K"], V, a["pos"], none_v, none_v, np.ones(0, np.uint8),
-               h, False, False, 1e-5, np.empty(3 * d, f32), np.empty(d, f32), a["hn"], np.empty(dff, f32),
-               a["scores"], 1)
+    def record(**change):
+        return silkattn.ops.layer_step_record(**dict(good, **change))
 
-    call()
-    for change in [dict(pos=cap), dict(pos=-1), dict(K=np.zeros((cap - 1, d), f32)),
-                   dict(wqkv=np.zeros((d, 2 * d), f32)), dict(w2=np.zeros((dff + 1, d), f32)),
-                   dict(x=np.ones(d + 1, f32)), dict(scores=np.empty((h, cap - 1), f32)),
-                   dict(hn=np.empty(d, f32))]:
-        with pytest.raises(ValueError, match="block_layer"):
-            call(**change)
+    x = np.ones(d, f32)
+    any_backend.layer_step(record(), x, 3)
+    any_backend.layer_step(record(cross=cross, post_norm=True), x, 7)
+    bad = [(dict(cache=(np.zeros((cap, d + 1), f32),) * 2), ValueError, "cache"),
+           (dict(cache=(K, np.zeros((cap - 1, d), f32))), ValueError, "cache"),
+           (dict(qkv=np.zeros((d, 2 * d), f32)), ValueError, "qkv"),
+           (dict(down=(np.zeros((dff + 1, d), f32), b2)), ValueError, "down"),
+           (dict(up=(W1, np.ones(dff + 1, f32))), ValueError, "up's bias"),
+           (dict(o=p["attn"][3].astype(np.float64)), TypeError, "o"),
+           (dict(o=np.asfortranarray(p["attn"][3])), ValueError, "C-contiguous"),
+           (dict(norm1=(p["ln1"][0], np.ones(d + 1, f32))), ValueError, "norm1"),
+           (dict(eps=-1.0), ValueError, "eps"), (dict(eps=float("inf")), ValueError, "eps"),
+           (dict(heads=5), ValueError, "heads"), (dict(cross=dict(cross, memory=(memory[0][:0],) * 2)),
+                                                  ValueError, "memory"),
+           (dict(cross=dict(cross, keep=[1, 0])), ValueError, "keep"),
+           (dict(cross={"norm": cross["norm"]}), ValueError, "cross lacks"),
+           (dict(cross=[1]), TypeError, "cross"),
+           (dict(cross=dict(cross, q=np.zeros((d, d + 1), f32))), ValueError, "cross's q")]
+    for change, error, match in bad:
+        with pytest.raises(error, match=match):
+            record(**change)
+    for pos in (cap, -1):
+        with pytest.raises(ValueError, match="pos"):
+            any_backend.layer_step(record(), x, pos)
 
 
 def test_fused_block_step_is_skipped_for_float64_and_strided_weights(rng):

@@ -1,6 +1,7 @@
 """The Llama-architecture model on small GGUF files written here (tests/llama_files.py): load in
 every tensor type, the fast path against reference.llama on every backend, generation with the KV
 cache against the reference's recompute, sampling, streaming text, patch(), and the errors."""
+import dataclasses
 import os
 import shutil
 
@@ -208,37 +209,59 @@ def test_int8_activations_match_their_reference(files, kind, on_backend, threads
         assert_matches(logits, model._run(np.array(ids[p:p + 1]), ops, p, fused=False), np.float32, TOL_Q8)
 
 
-def test_fused_layer_kernel_checks_its_shapes(files, any_backend):
-    """The kernels' own checks (the last guard before C or Numba index the buffers): a K/V cache,
-    a scratch buffer or blocks of the wrong size, or a position past the cache, is a ValueError."""
-    kernel = any_backend.KERNELS.llama_layer
-    if kernel is None:
-        pytest.skip(f"{any_backend.__name__} runs the step as separate ops")
+def test_layer_step_records_refuse_what_does_not_fit(files, any_backend):
+    """ops.layer_step_record checks every field against the others once (the kernels trust the
+    record: that check is all that keeps them within its arrays), naming the argument; ops.layer_step
+    checks the row and the position on every backend."""
     model = llama.load(files["Q4_1"])
     c, L = model.config, model.layers[0]
-    cache = model.cache(8)
+    cache = np.zeros_like(model.cache(8))  # rows the steps read but no step wrote: zeros
+    good = dict(heads=c.h, kv_heads=c.h_kv, norm1=L.attn_norm, qkv=L.wqkv, o=L.wo, norm2=L.ffn_norm,
+                up=L.wgu, down=L.wd, activation="swiglu", cache=(cache[0, 0], cache[0, 1]), eps=c.eps,
+                rope_base=c.rope_base)
+
+    def record(**change):
+        return silkattn.ops.layer_step_record(**dict(good, **change))
+
+    step = record()
     x = np.ones(c.d, np.float32)
-    cos, sin = np.ones(c.d_head // 2, np.float32), np.zeros(c.d_head // 2, np.float32)
-
-    def call(**change):
-        a = dict(x=x, wqkv=L.wqkv.blocks, K=cache[0, 0], V=cache[0, 1], pos=3, scratch=model._scratch(8),
-                 q8=False)
-        a.update(change)
-        kernel(a["x"], L.attn_norm, L.ffn_norm, a["wqkv"], L.wqkv.code, L.wo.blocks, L.wo.code, L.wgu.blocks,
-               L.wgu.code, L.wd.blocks, L.wd.code, a["q8"], a["K"], a["V"], a["pos"], cos, sin, c.h, c.eps,
-               *a["scratch"], 1)
-
-    call()
-    call(q8=True)
-    bad = [dict(pos=8), dict(pos=8, q8=True), dict(pos=-1), dict(K=model.cache(4)[0, 0]),
-           dict(V=model.cache(9)[0, 1]),
-           dict(wqkv=L.wqkv.blocks[:-1]), dict(x=np.ones(c.d + 32, np.float32)),
-           dict(scratch=model._scratch(4))]
-    for change in bad:
-        with pytest.raises(ValueError, match="llama_layer"):
-            call(**change)
-    with pytest.raises(ValueError):  # a strided cache: the memoryview's or the driver's own check
-        call(K=cache[0, 0, :, :4])
+    any_backend.layer_step(step, x, 3)
+    int8 = {name: dataclasses.replace(W, activations="int8")
+            for name, W in (("qkv", L.wqkv), ("o", L.wo), ("up", L.wgu), ("down", L.wd))}
+    any_backend.layer_step(record(**int8), x, 7)
+    bad_records = [
+        (dict(cache=(model.cache(4)[0, 0], cache[0, 1])), ValueError, "cache"),
+        (dict(cache=(cache[0, 0], cache[0, 0])), ValueError, "overlap"),
+        (dict(cache=(cache[0, 0, :, :, :8], cache[0, 1, :, :, :8])), ValueError, "cache"),
+        (dict(cache=(cache[0, 0].astype(np.float64), cache[0, 1])), TypeError, "cache"),
+        (dict(qkv=L.wo), ValueError, "qkv"), (dict(down=L.wgu), ValueError, "down"),
+        (dict(norm1=np.ones(c.d + 1, np.float32)), ValueError, "norm1"),
+        (dict(norm2=np.ones(c.d, np.float64)), TypeError, "norm2"),
+        (dict(up="W"), TypeError, "up"), (dict(heads=3), ValueError, "heads"),
+        (dict(kv_heads=3), ValueError, "kv_heads"), (dict(heads=0), ValueError, "heads"),
+        (dict(activation="gelu"), ValueError, "activation"), (dict(eps=0.0), ValueError, "eps"),
+        (dict(eps="1e-5"), TypeError, "eps"), (dict(rope_base=-1.0), ValueError, "rope_base"),
+        (dict(rope_base=10 ** 400), ValueError, "rope_base"),
+        (dict(qkv=dataclasses.replace(L.wqkv, activations="int8")), ValueError, "activations"),
+        (dict(scratch_of=record(cache=tuple(model.cache(9)[0]))), ValueError, "scratch_of"),
+        (dict(scratch_of="step"), TypeError, "scratch_of"),
+    ]
+    for change, error, match in bad_records:
+        with pytest.raises(error, match=match):
+            record(**change)
+    bad_calls = [(dict(pos=8), ValueError, "pos"), (dict(pos=-1), ValueError, "pos"),
+                 (dict(pos=2.0), TypeError, "pos"), (dict(x=np.ones(c.d + 32, np.float32)), ValueError, "x"),
+                 (dict(x=np.ones(c.d)), ValueError, "x"),
+                 (dict(x=cache[0, 0].reshape(-1)[:c.d]), ValueError, "x"),
+                 (dict(step="step"), TypeError, "step")]
+    for change, error, match in bad_calls:
+        a = {**dict(step=step, x=np.ones(c.d, np.float32), pos=3), **change}
+        with pytest.raises(error, match=match):
+            any_backend.layer_step(a["step"], a["x"], a["pos"])
+    ro = np.ones(c.d, np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="x"):
+        any_backend.layer_step(step, ro, 3)
 
 
 # ---------------------------------------------------------------- errors

@@ -80,6 +80,36 @@ SCRIPT = textwrap.dedent("""
                 M = np.abs(Xq.astype(np.float64)) @ (np.abs(W64) + 16) + np.abs(bq)
                 err = np.abs(sn.linear(Xq, W, bq) - (Xq.astype(np.float64) @ W64 + bq))
                 assert (err <= 1e-5 * M).all(), (kind, err.max())
+            # the fused layer step, dense (the listing's block, post-norm, cross-attention) and as
+            # blocks (rotary, grouped heads, SwiGLU), against the same step as numpy's ops
+            d, h = 32, 4
+            w = lambda *shape: (rng.standard_normal(shape) / np.sqrt(shape[0])).astype(dtype)
+
+            def blocks(n, k):  # Q8_0 blocks, scale 2^-14 (float16 0x0400)
+                q = rng.integers(0, 256, (n, k // 32, 34), np.uint8)
+                q[:, :, :2] = [0, 4]
+                return QuantizedMatrix("Q8_0", q.reshape(n, -1))
+            one = np.ones(d, dtype)
+            cross = dict(norm=(one, one), q=w(d, d), o=w(d, d), memory=(w(5, d), w(5, d)),
+                         keep=[1, 0, 1, 1, 1])
+            dense = dict(heads=h, norm1=(one, one * 0), qkv=w(d, 3 * d), o=w(d, d), norm2=(one, one),
+                         up=(w(d, 48), one[:1].repeat(48)), down=(w(48, d), one), eps=1e-5, post_norm=True,
+                         cross=cross)
+            quantized = dict(heads=h, kv_heads=2, norm1=one, qkv=blocks(64, d), o=blocks(d, d), norm2=one,
+                             up=blocks(128, d), down=blocks(d, 64), eps=1e-5, activation="swiglu",
+                             rope_base=1e4)
+            for kw, shape in ((dense, (6, d)), (quantized, (2, 6, 8))):
+                steps = []
+                for be in ("numba", "numpy"):
+                    K, V = np.zeros(shape, dtype), np.zeros(shape, dtype)
+                    step = silkattn.ops.layer_step_record(cache=(K, V), **kw)
+                    x = np.ones(d, dtype)
+                    with silkattn.use_backend(be):
+                        for pos in range(4):
+                            silkattn.ops.layer_step(step, x, pos)
+                    steps.append((x, K))
+                np.testing.assert_allclose(steps[0][0], steps[1][0], rtol=1e-4, atol=1e-4)
+                np.testing.assert_allclose(steps[0][1], steps[1][1], rtol=1e-4, atol=1e-4)
     print("nojit ok")
 """)
 

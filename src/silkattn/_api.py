@@ -72,15 +72,14 @@ Attention kernels skip keys (tiles outside every row's window, fully masked tile
 reference weighs exp(-1e9 - max): exactly 0 unless the row's max is near -1e9, and such rows are
 recomputed exactly (the margin is named once per backend: kernels/attention.h, silkattn/numba/attention.py).
 """
-import functools
 import math
-import numbers
-import operator
 
 import numpy as np
 
+from . import _blas, _cache, _threads, quant
+from . import _checks as check
 from . import _plan as _plan_mod
-from . import _threads
+from . import _step as _step_mod
 from . import reference as ref
 from ._threads import ATTENTION_WORK, DECODE_WORK, ELEMENTWISE_WORK, LINEAR_WORK, ROW_WORK, threads_for
 from .quant import QuantizedMatrix
@@ -167,9 +166,7 @@ def prepare_layer_norm(X, g, b, eps, out, dtype=None):
     """Checked (X, g, b as (n,) vectors of the result dtype, eps, out)."""
     X = _last_axis(X, "X", "layer_norm", "the mean of no values is undefined")
     n = X.shape[-1]
-    eps = float(eps)
-    if not eps >= 0:
-        raise ValueError(f"eps must be >= 0, got {eps}")
+    eps = check.nonnegative(eps, "eps")
     dtype = np.result_type(X if dtype is None else dtype, as_float_array(g, "g"), as_float_array(b, "b"))
     g, b = _along_last_axis(g, n, dtype, "g"), _along_last_axis(b, n, dtype, "b")
     return X, g, b, eps, check_out(out, X.shape, dtype, [X])
@@ -233,7 +230,8 @@ def linear(kernels, X, W, b=None, *, out=None):
     few = 0 < rows <= LINEAR_ROWS and n and (W.flags.c_contiguous or transposed)
     kernel = kernels.linear if few else None
     if kernel is None:
-        np.matmul(X, W, out=out)
+        with _blas.threads():
+            np.matmul(X, W, out=out)
         if b is not None:
             out += b
         return out
@@ -273,7 +271,8 @@ def linear_q(kernels, X, W, b, out):
         X = ref.round_q8(X)  # what the kernels' integer products see
     if kernels.dequantize is not None and dtype == np.float32 and rows > LINEAR_ROWS and n:
         return _linear_q_panels(kernels, X, W, b, out)
-    np.matmul(X, W.dequantize(), out=out)  # in the result's dtype (b's too)
+    with _blas.threads():
+        np.matmul(X, W.dequantize(), out=out)  # in the result's dtype (b's too)
     if b is not None:
         out += b
     return out
@@ -293,7 +292,8 @@ def _linear_q_panels(kernels, X, W, b, out):
     for j0 in range(0, n, step):
         P = panel[:min(step, n - j0)]
         kernels.dequantize(W.blocks, W.code, j0, P, threads)
-        np.matmul(X2, P.T, out=out2[:, j0:j0 + len(P)])
+        with _blas.threads():
+            np.matmul(X2, P.T, out=out2[:, j0:j0 + len(P)])
     if b is not None:
         out += b
     return out
@@ -327,54 +327,6 @@ def bias_gelu(kernels, x, b, *, out=None):
 
 
 # ---------------------------------------------------------------- attention
-
-def _positive(x, name):
-    """x as a positive finite float, or None."""
-    if x is None:
-        return None
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
-        raise TypeError(f"{name} must be a positive number or None, got {type(x).__name__}")
-    if not (math.isfinite(x) and x > 0):
-        raise ValueError(f"{name} must be a positive finite number, got {x}")
-    return float(x)
-
-
-def check_window(window):
-    """window as (left, right) ints >= -1 (-1: that side unbounded; None on a side reads as -1), or None."""
-    if window is None:
-        return None
-    how = f"window must be a pair (left, right) of ints >= -1 or None, got {window!r}"
-    if isinstance(window, (str, bytes)) or not hasattr(window, "__len__") or len(window) != 2:
-        raise TypeError(how)
-    sides = []
-    for side in window:
-        if side is None:
-            side = -1
-        if isinstance(side, (bool, np.bool_)):
-            raise TypeError(how)
-        try:
-            side = operator.index(side)
-        except TypeError:
-            raise TypeError(how) from None
-        if side < -1:
-            raise ValueError(how)
-        sides.append(side)
-    return tuple(sides)
-
-
-def check_q_offset(q_offset, positioned):
-    """q_offset as a non-negative int; it places the queries for causal, window and alibi_slopes."""
-    try:
-        q_offset = operator.index(q_offset)
-    except TypeError:
-        raise TypeError(f"q_offset must be an int, got {type(q_offset).__name__}") from None
-    if q_offset < 0:
-        raise ValueError(f"q_offset must be >= 0 (the position of the first query), got {q_offset}")
-    if q_offset and not positioned:
-        raise ValueError("q_offset places the queries for the causal rule, window and alibi_slopes: "
-                         "pass causal=True (or a window, or alibi_slopes) with it")
-    return q_offset
-
 
 def check_alibi(slopes, Q):
     """alibi_slopes as float64 (Hq,), Hq being Q's head axis (-3)."""
@@ -588,38 +540,12 @@ def _contiguous_call(Q, K, V):
 
 def attention(kernels, Q, K, V, mask=None, *, scale=None, softcap=None, bias=None, alibi_slopes=None,
               causal=False, window=None, q_offset=0, out=None):
-    causal, window = bool(causal), check_window(window)
-    scale, softcap = _positive(scale, "scale"), _positive(softcap, "softcap")
-    q_offset = check_q_offset(q_offset, causal or window is not None or alibi_slopes is not None)
+    causal, window = bool(causal), check.window(window)
+    scale, softcap = check.optional_positive(scale, "scale"), check.optional_positive(softcap, "softcap")
+    q_offset = check.q_offset(q_offset, causal or window is not None or alibi_slopes is not None)
     if kernels.attention is not None and mask is None and bias is None and alibi_slopes is None \
-            and out is None and _contiguous_call(Q, K, V):
-        key = (id(kernels), Q.shape, Q.dtype.char, K.shape[-2], V.shape[-1], scale, softcap, causal, window,
-               q_offset, _threads._num_threads)
-        cached = _CONTIGUOUS_PLANS.get(key)
-        if cached is None:
-            if len(_CONTIGUOUS_PLANS) >= 256:
-                _CONTIGUOUS_PLANS.clear()
-            cached = _CONTIGUOUS_PLANS[key] = _contiguous_plan(kernels, Q.shape[:-2], *Q.shape[-2:],
-                                                               *V.shape[-2:], Q.dtype, scale, softcap, causal,
-                                                               window, q_offset)
-        out = np.empty(Q.shape[:-1] + V.shape[-1:], Q.dtype)
-        plan, nthreads = cached
-        kernels.attention(plan.bind(Q.reshape(-1), K.reshape(-1), V.reshape(-1), out.reshape(-1)), nthreads)
-        return out
-    if kernels.attention is not None and mask is None and bias is None and alibi_slopes is None \
-            and out is None and _heads_view(Q, K, V):
-        key = (id(kernels), Q.shape, K.shape, V.shape[-1], Q.strides, K.strides, V.strides, Q.dtype.char,
-               scale, softcap, causal, window, q_offset, _threads._num_threads)
-        cached = _VIEW_PLANS.get(key)
-        if cached is None:  # the general path's plan, kept: its offsets hold for any arrays of this layout
-            if len(_VIEW_PLANS) >= 256:
-                _VIEW_PLANS.clear()
-            cached = _VIEW_PLANS[key] = _view_layout(kernels, Q, K, V, scale, softcap, causal, window,
-                                                     q_offset)
-        out = np.empty(Q.shape[:-1] + V.shape[-1:], Q.dtype)
-        plan, nthreads = cached
-        kernels.attention(plan.bind(_flat(Q), _flat(K), _flat(V), out.reshape(-1)), nthreads)
-        return out
+            and out is None and (_contiguous_call(Q, K, V) or _heads_view(Q, K, V)):
+        return _kept_plan_call(kernels, Q, K, V, scale, softcap, causal, window, q_offset)
     keywords = dict(scale=scale, softcap=softcap, causal=causal, window=window, q_offset=q_offset)
     slopes = check_alibi(alibi_slopes, as_float_array(Q, "Q"))
     args = Q, K, V, mask, bias
@@ -628,11 +554,33 @@ def attention(kernels, Q, K, V, mask=None, *, scale=None, softcap=None, bias=Non
         return out
     if kernels.attention is None:
         Q, K, V, mask, bias = _unsplit(out.dtype, *args)
-        np.copyto(out, ref.attention(Q, K, V, mask, bias=bias, alibi_slopes=slopes, **keywords))
+        with _blas.threads():
+            np.copyto(out, ref.attention(Q, K, V, mask, bias=bias, alibi_slopes=slopes, **keywords))
         return out
     layout = _layout(Q, K, V, mask, bias, lead, q_offset, slopes)
     kernels.attention(*_finish(kernels, *layout, out, Q.shape[-1], V.shape[-1], scale, softcap, causal,
                                window, slopes is not None))
+    return out
+
+
+def _kept_plan_call(kernels, Q, K, V, scale, softcap, causal, window, q_offset):
+    """attention for the everyday calls (_contiguous_call, _heads_view), their plan kept by shape
+    (and strides) in silkattn._cache and bound to the call's arrays: a repeated call costs a look-up."""
+    keywords = (scale, softcap, causal, window, q_offset, kernels.attention_tiles, _threads._num_threads)
+    out = np.empty(Q.shape[:-1] + V.shape[-1:], Q.dtype)
+    if _contiguous_call(Q, K, V):
+        key = ("contiguous plan", Q.shape, Q.dtype.char, K.shape[-2], V.shape[-1], *keywords)
+        plan, nthreads = _cache.get(key, lambda: _contiguous_plan(
+            kernels, Q.shape[:-2], *Q.shape[-2:], *V.shape[-2:], Q.dtype, scale, softcap, causal, window,
+            q_offset))
+        kernels.attention(plan.bind(Q.reshape(-1), K.reshape(-1), V.reshape(-1), out.reshape(-1)), nthreads)
+        return out
+    # the general path's plan: its offsets hold for any arrays of this layout
+    key = ("view plan", Q.shape, K.shape, V.shape[-1], Q.strides, K.strides, V.strides, Q.dtype.char,
+           *keywords)
+    plan, nthreads = _cache.get(key, lambda: _view_layout(kernels, Q, K, V, scale, softcap, causal, window,
+                                                          q_offset))
+    kernels.attention(plan.bind(_flat(Q), _flat(K), _flat(V), out.reshape(-1)), nthreads)
     return out
 
 
@@ -643,10 +591,6 @@ def _unsplit(dtype, Q, K, V, mask=None, bias=None):
         mask = np.asarray(mask)
         mask = mask if mask.dtype == bool else mask != 0
     return Q, K, V, mask, None if bias is None else np.asarray(bias).astype(dtype, copy=False)
-
-
-_CONTIGUOUS_PLANS = {}  # (kernels, shapes, dtype, keywords, threads) -> _contiguous_plan(...)
-_VIEW_PLANS = {}   # the same for _heads_view calls, strides included
 
 
 def _heads_view(Q, K, V):
@@ -671,11 +615,14 @@ def _flat(a):
 
 
 def _view_layout(kernels, Q, K, V, scale, softcap, causal, window, q_offset):
-    """(plan, threads) of a _heads_view call through the general path (its arrays are replaced by
-    the next call's, Plan.bind)."""
+    """(plan, threads) of a _heads_view call through the general path, to be kept (its arrays are
+    replaced by the next call's, Plan.bind)."""
     Q, K, V, mask, bias, lead, out, _ = prepare_attention(Q, K, V, None, None)
     layout = _layout(Q, K, V, mask, bias, lead, q_offset, None)
-    return _finish(kernels, *layout, out, Q.shape[-1], V.shape[-1], scale, softcap, causal, window, False)
+    plan, nthreads = _finish(kernels, *layout, out, Q.shape[-1], V.shape[-1], scale, softcap, causal, window,
+                             False)
+    plan.derived = {}
+    return plan, nthreads
 
 
 def _contiguous_plan(kernels, lead, Sq, dk, Sk, dv, dtype, scale, softcap, causal, window, q_offset):
@@ -683,7 +630,9 @@ def _contiguous_plan(kernels, lead, Sq, dk, Sk, dv, dtype, scale, softcap, causa
     by shape: its arrays are placeholders the caller replaces by the call's (Plan.bind)."""
     Q, K, V, out = (_placeholder(lead + shape, dtype) for shape in ((Sq, dk), (Sk, dk), (Sk, dv), (Sq, dv)))
     layout = _layout(Q, K, V, None, None, lead, q_offset, None)
-    return _finish(kernels, *layout, out, dk, dv, scale, softcap, causal, window, False)
+    plan, nthreads = _finish(kernels, *layout, out, dk, dv, scale, softcap, causal, window, False)
+    plan.derived = {}
+    return plan, nthreads
 
 
 def _placeholder(shape, dtype):
@@ -709,8 +658,8 @@ def check_cu_seqlens(cu_seqlens, total, name="cu_seqlens"):
 
 def attention_varlen(kernels, Q, K, V, cu_seqlens, *, causal=False, cu_seqlens_k=None, scale=None,
                      softcap=None, bias=None, alibi_slopes=None, window=None, out=None):
-    causal, window = bool(causal), check_window(window)
-    scale, softcap = _positive(scale, "scale"), _positive(softcap, "softcap")
+    causal, window = bool(causal), check.window(window)
+    scale, softcap = check.optional_positive(scale, "scale"), check.optional_positive(softcap, "softcap")
     slopes = check_alibi(alibi_slopes, as_float_array(Q, "Q"))
     args = Q, K, V, None, bias
     Q, K, V, _, bias, lead, out, g = prepare_attention(Q, K, V, None, out, bias)
@@ -733,8 +682,10 @@ def attention_varlen(kernels, Q, K, V, cu_seqlens, *, causal=False, cu_seqlens_k
         return out
     if kernels.attention is None:
         Q, K, V, _, bias = _unsplit(out.dtype, *args)
-        np.copyto(out, ref.attention_varlen(Q, K, V, cu, causal, cu_seqlens_k=cu_k, scale=scale,
-                                            softcap=softcap, bias=bias, alibi_slopes=slopes, window=window))
+        with _blas.threads():
+            np.copyto(out, ref.attention_varlen(Q, K, V, cu, causal, cu_seqlens_k=cu_k, scale=scale,
+                                                softcap=softcap, bias=bias, alibi_slopes=slopes,
+                                                window=window))
         return out
     parts, base, _ = _layout(Q, K, V, None, bias, lead, 0, slopes)
     # item (b, s): batch item b's rows of sequence s
@@ -791,15 +742,16 @@ def _offsets_of(lead, steps):
     return offsets
 
 
-_kept_offsets = functools.lru_cache(maxsize=256)(_offsets_of)
-KEEP_OFFSETS = 4096  # rows; 256 such layouts hold at most 8 MiB
+KEEP_OFFSETS = 4096  # rows
 
 
 def _row_offsets(lead, steps):
-    """_offsets_of, kept by layout up to KEEP_OFFSETS rows: a decoding step's views come back every
-    step, and making their offsets would cost as much as the kernel; more rows cost the kernel far
-    more than their offsets."""
-    return (_kept_offsets if math.prod(lead) <= KEEP_OFFSETS else _offsets_of)(lead, steps)
+    """_offsets_of, kept (silkattn._cache) by layout up to KEEP_OFFSETS rows: a decoding step's views
+    come back every step, and making their offsets would cost as much as the kernel; more rows cost
+    the kernel far more than their offsets."""
+    if math.prod(lead) > KEEP_OFFSETS:
+        return _offsets_of(lead, steps)
+    return _cache.get(("row offsets", lead, steps), lambda: _offsets_of(lead, steps))
 
 
 def _rows_call(kernel, inputs, out, *extra):
@@ -839,26 +791,13 @@ def check_out_elementwise(out, shape, dtype, inputs):
     return out
 
 
-def _positive_finite(x, name):
-    """x as a positive finite float; a TypeError or ValueError naming it otherwise."""
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
-        raise TypeError(f"{name} must be a positive finite number, got {type(x).__name__}")
-    try:
-        value = float(x)
-    except OverflowError:  # an int past the float range
-        value = math.inf
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a positive finite number, got {x}")
-    return value
-
-
 # ---------------------------------------------------------------- rms_norm
 
 def prepare_rms_norm(X, g, eps, out, dtype=None):
     """Checked (X, g as an (n,) vector of the result dtype, eps, out)."""
     X = _last_axis(X, "X", "rms_norm", "the mean of no values is undefined")
     n = X.shape[-1]
-    eps = _positive_finite(eps, "eps")
+    eps = check.positive(eps, "eps")
     dtype = np.result_type(X if dtype is None else dtype, as_float_array(g, "g"))
     g = _along_last_axis(g, n, dtype, "g")
     return X, g, eps, check_out(out, X.shape, dtype, [X, g])
@@ -891,18 +830,6 @@ def add_rms_norm(kernels, X, R, g, eps=1e-5):
 
 # ---------------------------------------------------------------- rope
 
-def check_positions(positions, seq):
-    """positions as a (seq,) array of non-negative integers: the position of each row of X."""
-    p = np.asarray(positions)
-    if p.dtype.kind not in "iu" and p.size:  # (an empty list reads as float64)
-        raise TypeError(f"positions must be integers, got dtype {p.dtype}")
-    if p.shape != (seq,):
-        raise ValueError(f"positions must have shape ({seq},), one per row of X (its axis -2), got {p.shape}")
-    if p.size and p.min() < 0:
-        raise ValueError(f"positions must be >= 0, got {p.min()}")
-    return p if p.dtype.kind in "iu" else p.astype(np.int64)
-
-
 def prepare_rope(X, positions, base, out):
     """Checked (X, positions, base, out); out may be X itself."""
     X = as_float_array(X, "X")
@@ -911,12 +838,11 @@ def prepare_rope(X, positions, base, out):
     if X.shape[-1] % 2:
         raise ValueError(f"X's last axis d_head must be even (rope turns the pairs (x_i, x_(i + d_head/2))), "
                          f"got {X.shape[-1]}")
-    positions = check_positions(positions, X.shape[-2])
-    base = _positive_finite(base, "base")
+    positions = check.positions(positions, X.shape[-2])
+    base = check.positive(base, "base")
     return X, positions, base, check_out_elementwise(out, X.shape, X.dtype, [X])
 
 
-_ROPE_TABLES = {}  # (base, d_head / 2, dtype) -> read-only (cos, sin), (P, d_head / 2): positions 0 .. P - 1
 ROPE_TABLE_BYTES = 1 << 26  # the largest cos + sin pair kept; positions past it get tables of their own
 
 
@@ -931,17 +857,16 @@ def _rope_cos_sin(positions, base, half, dtype):
 def rope_tables(base, half, dtype, positions):
     """(cos, sin, rows): the tables the kernels index and the table row of each position. The
     tables are the reference's own numbers, so the kernels only multiply and add, as it does; kept
-    per (base, half, dtype) for positions 0 .. P - 1, P grown to the next power of two when a
-    farther position comes (a decoding step asks for one more each time)."""
-    key, top = (base, half, dtype.char), int(positions.max())
-    tables = _ROPE_TABLES.get(key)
-    if tables is None or len(tables[0]) <= top:
-        P = max(256, 1 << top.bit_length())
-        if P * half * 2 * dtype.itemsize > ROPE_TABLE_BYTES:
-            return *_rope_cos_sin(positions, base, half, dtype), np.arange(len(positions), dtype=np.int64)
-        if len(_ROPE_TABLES) >= 64:
-            _ROPE_TABLES.clear()
-        tables = _ROPE_TABLES[key] = _rope_cos_sin(np.arange(P), base, half, dtype)
+    (silkattn._cache) per (base, half, dtype) for positions 0 .. P - 1, P the next power of two past
+    the farthest position (at least 256), so a decoding step that asks for one more position each
+    time finds its tables kept."""
+    top = int(positions.max())
+    P = max(256, 1 << top.bit_length())
+    dtype = np.dtype(dtype)
+    if P * half * 2 * dtype.itemsize > ROPE_TABLE_BYTES:
+        return *_rope_cos_sin(positions, base, half, dtype), np.arange(len(positions), dtype=np.int64)
+    tables = _cache.get(("rope tables", float(base), half, dtype.char, P),
+                        lambda: _rope_cos_sin(np.arange(P), base, half, dtype))
     return *tables, np.ascontiguousarray(positions, np.int64)
 
 
@@ -974,3 +899,266 @@ def silu_mul(kernels, G, U, *, out=None):
         return out
     _rows_call(kernels.silu_mul, [G, U], out, G.shape[-1], threads_for(G.size, ELEMENTWISE_WORK))
     return out
+
+
+# ---------------------------------------------------------------- layer_step
+
+_F32 = np.dtype(np.float32)
+
+
+def _read_only(a):
+    """a read-only view of a (what a record only reads)."""
+    v = a.view()
+    v.flags.writeable = False
+    return v
+
+
+_EMPTY = _read_only(np.zeros(0, np.float32))
+
+
+def _step_array(a, name, shape, dtype=_F32, writeable=False):
+    """a as a C-contiguous ndarray of `dtype` and `shape`, or a TypeError or ValueError naming it."""
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"{name} must be a numpy.ndarray of {np.dtype(dtype)}, got {type(a).__name__}")
+    if a.dtype != dtype:
+        raise TypeError(f"{name} must be {np.dtype(dtype)} (the fused step's dtype), got {a.dtype}")
+    if a.shape != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {a.shape}")
+    if not a.flags.c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous")
+    if writeable and not a.flags.writeable:
+        raise ValueError(f"{name} must be writeable (the step writes it)")
+    return a if writeable else _read_only(a)
+
+
+def _step_norm(norm, name, d):
+    """A Norm from g (RMSNorm) or (g, b) (LayerNorm)."""
+    g, b = norm if isinstance(norm, tuple) and len(norm) == 2 else (norm, None)
+    return _step_mod.Norm(_step_array(g, f"{name}'s gain", (d,)),
+                          _EMPTY if b is None else _step_array(b, f"{name}'s bias", (d,)))
+
+
+def _step_shape(W, name):
+    """(k, n) of a product's matrix (W, or (W, b)): a float32 array or a QuantizedMatrix."""
+    W = W[0] if isinstance(W, tuple) and len(W) == 2 else W
+    if isinstance(W, QuantizedMatrix):
+        return W.shape
+    if not isinstance(W, np.ndarray) or W.ndim != 2:
+        raise TypeError(f"{name} must be a float32 (in, out) matrix or a QuantizedMatrix (or one with its "
+                        f"bias, (W, b)), got {type(W).__name__} {getattr(W, 'shape', '')}")
+    return W.shape
+
+
+def _step_product(W, name, k, n):
+    """A Product from a float32 (k, n) array or a QuantizedMatrix standing for one, or (W, b)."""
+    W, b = W if isinstance(W, tuple) and len(W) == 2 else (W, None)
+    if _step_shape(W, name) != (k, n):
+        raise ValueError(f"{name} must stand for a ({k}, {n}) matrix, got {_step_shape(W, name)}")
+    if isinstance(W, QuantizedMatrix):
+        w, kind = _read_only(W.blocks), W.code
+    else:
+        w, kind = _step_array(W, name, (k, n)), _step_mod.DENSE
+    return _step_mod.Product(w, kind, k, n, _EMPTY if b is None else _step_array(b, f"{name}'s bias", (n,)))
+
+
+def _step_cache(cache, h_kv, dh):
+    """(K, V, head_stride, row_stride, capacity) of a layer's cache (K, V): each (h_kv, capacity, dh)
+    (Llama's) or (capacity, h_kv dh) (the listing's, heads side by side)."""
+    if not (isinstance(cache, (tuple, list)) and len(cache) == 2):
+        raise TypeError(f"cache must be a layer's (K, V), got {type(cache).__name__}")
+    K, V = cache
+    shape = getattr(K, "shape", None)
+    if shape is not None and len(shape) == 3 and shape[0] == h_kv and shape[2] == dh:
+        capacity, strides = shape[1], (shape[1] * dh, dh)
+    elif shape is not None and len(shape) == 2 and shape[1] == h_kv * dh:
+        capacity, strides = shape[0], (dh, h_kv * dh)
+    else:
+        raise ValueError(f"cache's K must be ({h_kv}, capacity, {dh}) or (capacity, {h_kv * dh}), "
+                         f"got {shape}")
+    if capacity < 1:
+        raise ValueError("cache must hold at least one position")
+    K, V = (_step_array(a, f"cache's {n}", shape, writeable=True) for a, n in ((K, "K"), (V, "V")))
+    if np.shares_memory(K, V):
+        raise ValueError("cache's K and V must not overlap")
+    return K, V, *strides, capacity
+
+
+def _step_scratch(scratch_of, sizes):
+    """The step's buffers: scratch_of's (a LayerStep of the same sizes: a model's layers share them),
+    or new ones."""
+    if scratch_of is not None:
+        if not isinstance(scratch_of, _step_mod.LayerStep):
+            raise TypeError(f"scratch_of must be a LayerStep, got {type(scratch_of).__name__}")
+        if tuple(a.shape for a in scratch_of.scratch.arrays) != sizes:
+            raise ValueError("scratch_of's buffers are not this step's sizes: share them between the layers "
+                             "of one model, each with the same cache capacity")
+        return scratch_of.scratch
+    return _step_mod.Scratch(*(np.empty(size, np.float32) for size in sizes))
+
+
+def layer_step_record(*, heads, norm1, qkv, o, norm2, up, down, cache, eps, kv_heads=None,
+                      activation="relu", post_norm=False, rope_base=None, cross=None, scratch_of=None):
+    """The LayerStep of one decoder layer (silkattn._step: the fields and the arithmetic), checked
+    once: each argument's shape against the others, a TypeError or ValueError naming the first that
+    does not fit. See silkattn.ops.layer_step_record for the arguments."""
+    h = check.count(heads, "heads")
+    h_kv = h if kv_heads is None else check.count(kv_heads, "kv_heads")
+    if h % h_kv:
+        raise ValueError(f"heads={h} must be a multiple of kv_heads={h_kv} (grouped-query attention)")
+    if activation not in ("relu", "swiglu"):
+        raise ValueError(f'activation must be "relu" or "swiglu", got {activation!r}')
+    (hd, d), d_in = _step_shape(o, "o"), _step_shape(qkv, "qkv")[0]
+    if hd % h or d_in != d:
+        raise ValueError(f"o must be (heads x head width, d) and qkv (d, ...): got o {(hd, d)} for {h} heads "
+                         f"and qkv's input {d_in}")
+    dh = hd // h
+    n_up = _step_shape(up, "up")[1]
+    dff = n_up // 2 if activation == "swiglu" else n_up
+    q8 = _step_q8((qkv, o, up, down) + ((cross.get("q"), cross.get("o")) if hasattr(cross, "get") else ()))
+    qkv, o = _step_product(qkv, "qkv", d, (h + 2 * h_kv) * dh), _step_product(o, "o", h * dh, d)
+    up, down = _step_product(up, "up", d, n_up), _step_product(down, "down", dff, d)
+    norm1, norm2 = _step_norm(norm1, "norm1", d), _step_norm(norm2, "norm2", d)
+    K, V, head_stride, row_stride, capacity = _step_cache(cache, h_kv, dh)
+    cos = sin = _EMPTY.reshape(0, 0)
+    if rope_base is not None:
+        if dh % 2:
+            raise ValueError(f"rope_base needs an even head width, got {dh}")
+        cos, sin, _ = rope_tables(check.positive(rope_base, "rope_base"), dh // 2, _F32, np.arange(capacity))
+    memory = _step_cross(cross, h, h_kv, dh, d)
+    products = (qkv, o, up, down) + ((memory[1], memory[2]) if cross is not None else ())
+    if any(W.b.size for W in (o, down) if W.kind != _step_mod.DENSE):
+        raise ValueError("o and down add the residual as GGUF block products: a bias of theirs is not "
+                         "supported")
+    norms = (norm1, norm2) + ((memory[0],) if cross is not None else ())
+    eps = (check.positive if all(not N.b.size for N in norms) else check.nonnegative)(eps, "eps")
+    n_src = len(memory[3])
+    sizes = (((h + 2 * h_kv) * dh,), (h * dh,), (max(d, dff),), (n_up,), (h, max(capacity, n_src)))
+    return _step_mod.LayerStep(
+        d=d, h=h, h_kv=h_kv, dh=dh, eps=eps, post_norm=bool(post_norm), swiglu=activation == "swiglu", q8=q8,
+        norm1=norm1, qkv=qkv, o=o, norm2=norm2, up=up, down=down, K=K, V=V, head_stride=head_stride,
+        row_stride=row_stride, capacity=capacity, cos=cos, sin=sin, has_cross=cross is not None,
+        norm_cross=memory[0], cross_q=memory[1], cross_o=memory[2], Km=memory[3], Vm=memory[4],
+        keep=memory[5], scratch=_step_scratch(scratch_of, sizes), work=sum(W.k * W.n for W in products))
+
+
+_NO_PRODUCT = _step_mod.Product(_EMPTY.reshape(0, 0), _step_mod.DENSE, 0, 0, _EMPTY)
+_NO_CROSS = (_step_mod.Norm(_EMPTY, _EMPTY), _NO_PRODUCT, _NO_PRODUCT, _EMPTY.reshape(0, 0),
+             _EMPTY.reshape(0, 0), _read_only(np.zeros(0, np.uint8)))
+
+
+def _step_cross(cross, h, h_kv, dh, d):
+    """(norm, q, o, Km, Vm, keep) of the cross-attention: cross = {"norm", "q", "o", "memory": (Km, Vm),
+    "keep": (n_src,) or None}, the memory (n_src, d) with heads side by side; or placeholders."""
+    if cross is None:
+        return _NO_CROSS
+    if not hasattr(cross, "keys"):
+        raise TypeError(f"cross must be a dict (norm, q, o, memory, keep) or None, "
+                        f"got {type(cross).__name__}")
+    missing = [k for k in ("norm", "q", "o", "memory") if k not in cross]
+    if missing:
+        raise ValueError(f"cross lacks {', '.join(missing)}: the cross-attention's norm, q, o and memory "
+                         "(K, V)")
+    if h_kv != h or h * dh != d:
+        raise ValueError(f"cross-attention takes heads of d / heads over the memory: got {h} heads of {dh}, "
+                         f"{h_kv} K/V heads and d = {d}")
+    Km, Vm = cross["memory"]
+    n_src = getattr(Km, "shape", (0,))[0]
+    if n_src < 1:
+        raise ValueError("cross's memory must hold at least one key")
+    Km, Vm = (_step_array(a, f"cross's memory {n}", (n_src, d)) for a, n in ((Km, "K"), (Vm, "V")))
+    keep = cross.get("keep")
+    keep = np.ones(n_src, np.uint8) if keep is None else np.asarray(keep)
+    if keep.shape != (n_src,) or keep.dtype.kind not in "biu":
+        raise ValueError(f"cross's keep must be a ({n_src},) boolean mask of the memory's keys, "
+                         f"got {keep.dtype} {keep.shape}")
+    return (_step_norm(cross["norm"], "cross's norm", d), _step_product(cross["q"], "cross's q", d, d),
+            _step_product(cross["o"], "cross's o", d, d), Km, Vm, _read_only((keep != 0).astype(np.uint8)))
+
+
+def _step_q8(matrices):
+    """Whether the block products round their input to 8 bits: the QuantizedMatrices' activations,
+    one kind for all of a step's."""
+    matrices = [W[0] if isinstance(W, tuple) else W for W in matrices]
+    activations = {W.activations for W in matrices if isinstance(W, QuantizedMatrix)}
+    if len(activations) > 1:
+        raise ValueError(f"a step's QuantizedMatrices take one kind of activations, "
+                         f"got {sorted(activations)}")
+    return activations == {"int8"}
+
+
+def layer_step(kernels, step, x, pos):
+    """x (d,) float32 through one layer at position pos, in place (silkattn._step's arithmetic):
+    Kernels.layer_step, or where the backend has none the same step as separate ops."""
+    if not isinstance(step, _step_mod.LayerStep):
+        raise TypeError(f"step must be a LayerStep (silkattn.ops.layer_step_record), "
+                        f"got {type(step).__name__}")
+    if type(x) is not np.ndarray or x.dtype != _F32 or x.shape != (step.d,) \
+            or not x.flags.c_contiguous or not x.flags.writeable:
+        raise ValueError(f"x must be a writeable C-contiguous float32 array of shape ({step.d},) (the "
+                         f"residual row, updated in place), got {type(x).__name__} {getattr(x, 'dtype', '')} "
+                         f"{getattr(x, 'shape', '')}")
+    pos = check.count(pos, "pos", minimum=0)
+    if pos >= step.capacity:
+        raise ValueError(f"pos={pos} is past the cache's {step.capacity} positions")
+    if step.prepared.get("x") is not x:  # the last row seen passed
+        written = step.prepared.get("written")
+        if written is None:  # the byte ranges of what the step writes (C-contiguous arrays)
+            written = step.prepared["written"] = [(_address(a), _address(a) + a.nbytes)
+                                                  for a in (step.K, step.V, *step.scratch.arrays)]
+        lo = _address(x)
+        if any(lo < hi and a < lo + x.nbytes for a, hi in written):
+            raise ValueError("x must not overlap the step's cache or scratch")
+        step.prepared["x"] = x
+    if kernels.layer_step is None:
+        _layer_step_ops(kernels, step, x, pos)
+    else:
+        kernels.layer_step(step, x, pos, threads_for(step.work, LINEAR_WORK))
+    return x
+
+
+def _address(a):
+    return a.__array_interface__["data"][0]
+
+
+def _layer_step_ops(kernels, L, x, pos):
+    """layer_step as the separate ops of `kernels` (a backend without the fused kernel), x in place."""
+    def norm(N, v):
+        return layer_norm(kernels, v, N.g, N.b, L.eps) if N.b.size else rms_norm(kernels, v, N.g, L.eps)
+
+    def product(P, v):
+        W = P.w if P.kind == _step_mod.DENSE else QuantizedMatrix(
+            quant.KINDS[P.kind], P.w, "int8" if L.q8 else "float32")
+        return linear(kernels, v, W, P.b if P.b.size else None)
+
+    def sublayer(f, N):
+        x[:] = norm(N, x + f(x)) if L.post_norm else x + f(norm(N, x))
+
+    sublayer(lambda v: product(L.o, _step_attention(kernels, L, product(L.qkv, v), pos)), L.norm1)
+    if L.has_cross:
+        sublayer(lambda v: product(L.cross_o, _step_attention(kernels, L, product(L.cross_q, v), None)),
+                 L.norm_cross)
+
+    def ffn(v):
+        u = product(L.up, v)
+        return product(L.down, silu_mul(kernels, u[:L.d_ff], u[L.d_ff:]) if L.swiglu else np.maximum(u, 0))
+    sublayer(ffn, L.norm2)
+
+
+def _step_attention(kernels, L, qkv, pos):
+    """The attention of _layer_step_ops: self-attention of the token at pos (rotary, cache row pos
+    written, rows 0 .. pos read), or (pos None) the cross-attention over the memory."""
+    h, h_kv, dh = L.h, L.h_kv, L.dh
+    heads = qkv.reshape(-1, dh)
+    if pos is None:
+        Km, Vm = (a.reshape(-1, h, dh).swapaxes(0, 1) for a in (L.Km, L.Vm))
+        a = attention(kernels, heads[:, None], Km, Vm, L.keep.astype(bool))
+        return a.reshape(-1)
+    if L.cos.size:  # reference.rope's arithmetic on the tables' row
+        c, s, half = L.cos[pos], L.sin[pos], dh // 2
+        x1, x2 = heads[:h + h_kv, :half].copy(), heads[:h + h_kv, half:].copy()
+        heads[:h + h_kv, :half], heads[:h + h_kv, half:] = x1 * c - x2 * s, x2 * c + x1 * s
+    item = L.K.itemsize
+    strides = (L.head_stride * item, L.row_stride * item, item)
+    K, V = (np.lib.stride_tricks.as_strided(a, (h_kv, L.capacity, dh), strides) for a in (L.K, L.V))
+    K[:, pos], V[:, pos] = heads[h:h + h_kv], heads[h + h_kv:]
+    return attention(kernels, heads[:h, None], K[:, :pos + 1], V[:, :pos + 1]).reshape(-1)

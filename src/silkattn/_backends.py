@@ -43,8 +43,7 @@ class Kernels:
     rope: Kernel = None             # rotary positions over strided rows, from _api's cos/sin tables
     silu_mul: Kernel = None         # silu(g) u over strided rows (the SwiGLU gate)
     dequantize: Kernel = None       # rows of GGUF blocks to float32 (a prefill's panels of W)
-    llama_layer: Kernel = None      # one Llama decoder layer for one token, weights as blocks
-    block_layer: Kernel = None      # one of the listing's decoder blocks for one token (float32)
+    layer_step: Kernel = None       # one decoder layer for one token from its record (silkattn._step)
     isa: str = "numpy"              # the instruction set the kernels run with
     openmp: bool = True             # False: built without OpenMP, single-threaded
 

@@ -1,9 +1,96 @@
-"""Argument checks of the model-level functions (multi_head, feed_forward, block, transformer),
-shared by silkattn.reference and silkattn.models: both refuse the same inputs with the same
-ValueError or TypeError, naming the argument. (The kernel ops' checks are in silkattn._api.)"""
+"""Argument checks, one function per kind of argument: the scalars every op takes (eps, scale,
+softcap, base, window, q_offset, positions, thread and token counts, sampling thresholds), used by
+silkattn._api for every op on every backend, and the model-level arguments (multi_head,
+feed_forward, block, transformer) shared by silkattn.reference and silkattn.models. Each refuses a
+bad value with a ValueError or TypeError naming the argument; the array layouts of the kernel ops
+are checked in silkattn._api."""
+import math
 import numbers
+import operator
 
 import numpy as np
+
+
+def real(x, name, rule, holds):
+    """x as a float once it is a real number (a TypeError for a str, bool, None, complex or array)
+    whose value is finite and satisfies holds(value) (a ValueError otherwise, an int past the float
+    range included); `rule` says what is asked, in both messages."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
+        raise TypeError(f"{name} must be {rule}, got {type(x).__name__}")
+    try:
+        value = float(x)
+    except OverflowError:  # (repr of such an int may exceed Python's digit limit)
+        raise ValueError(f"{name} must be {rule}, got an integer past the float range") from None
+    if not (math.isfinite(value) and holds(value)):
+        raise ValueError(f"{name} must be {rule}, got {x!r}")
+    return value
+
+
+def positive(x, name):
+    """x > 0 and finite, as a float (rms_norm's eps, rope's base, a scale)."""
+    return real(x, name, "a positive finite number", lambda v: v > 0)
+
+
+def nonnegative(x, name):
+    """x >= 0 and finite, as a float (layer_norm's eps: 0 is allowed, a constant row is then 0/0)."""
+    return real(x, name, ">= 0 and finite", lambda v: v >= 0)
+
+
+def optional_positive(x, name):
+    """None, or positive(x): attention's scale and softcap (None: the default, or no cap)."""
+    return None if x is None else real(x, name, "a positive finite number (or None)", lambda v: v > 0)
+
+
+def window(w):
+    """w as (left, right) ints >= -1 (-1: that side unbounded; None on a side reads as -1), or None."""
+    if w is None:
+        return None
+    how = f"window must be a pair (left, right) of ints >= -1 or None, got {w!r}"
+    if isinstance(w, (str, bytes)) or not hasattr(w, "__len__") or len(w) != 2:
+        raise TypeError(how)
+    sides = []
+    for side in w:
+        if side is None:
+            side = -1
+        if isinstance(side, (bool, np.bool_)):
+            raise TypeError(how)
+        try:
+            side = operator.index(side)
+        except TypeError:
+            raise TypeError(how) from None
+        if side < -1:
+            raise ValueError(how)
+        sides.append(side)
+    return tuple(sides)
+
+
+def q_offset(offset, positioned):
+    """offset as an int >= 0: the position of attention's first query, which places the queries for
+    causal, window and alibi_slopes (positioned: one of them is given)."""
+    try:
+        offset = operator.index(offset)
+    except TypeError:
+        raise TypeError(f"q_offset must be an int, got {type(offset).__name__}") from None
+    if isinstance(offset, bool):
+        raise TypeError("q_offset must be an int, got bool")
+    if offset < 0:
+        raise ValueError(f"q_offset must be >= 0 (the position of the first query), got {offset}")
+    if offset and not positioned:
+        raise ValueError("q_offset places the queries for the causal rule, window and alibi_slopes: "
+                         "pass causal=True (or a window, or alibi_slopes) with it")
+    return offset
+
+
+def positions(p, seq):
+    """p as a (seq,) array of non-negative integers: the position of each row of X (rope)."""
+    p = np.asarray(p)
+    if p.dtype.kind not in "iu" and p.size:  # (an empty list reads as float64)
+        raise TypeError(f"positions must be integers, got dtype {p.dtype}")
+    if p.shape != (seq,):
+        raise ValueError(f"positions must have shape ({seq},), one per row of X (its axis -2), got {p.shape}")
+    if p.size and p.min() < 0:
+        raise ValueError(f"positions must be >= 0, got {p.min()}")
+    return p if p.dtype.kind in "iu" else p.astype(np.int64)
 
 
 def count(n, name, minimum=1):
@@ -179,11 +266,8 @@ def prompt(prompt_ids, P, max_new_tokens, memory):
 
 def sampling(temperature, top_k, top_p=None):
     """A temperature >= 0 (0: greedy), top_k None or a positive int, top_p None or in (0, 1]."""
-    if isinstance(temperature, (bool, np.bool_)) or not isinstance(temperature, numbers.Real) \
-            or not temperature >= 0 or temperature == float("inf"):
-        raise ValueError(f"temperature must be a finite number >= 0 (0: greedy), got {temperature!r}")
+    real(temperature, "temperature", "a finite number >= 0 (0: greedy)", lambda v: v >= 0)
     if top_k is not None:
         count(top_k, "top_k")
-    if top_p is not None and (isinstance(top_p, (bool, np.bool_)) or not isinstance(top_p, numbers.Real)
-                              or not 0 < top_p <= 1):
-        raise ValueError(f"top_p must be a number in (0, 1] (None: no nucleus cut), got {top_p!r}")
+    if top_p is not None:
+        real(top_p, "top_p", "a number in (0, 1] (None: no nucleus cut)", lambda v: 0 < v <= 1)

@@ -16,6 +16,8 @@ A plan holds
   left, right           the visible keys of the query at position p: p - left <= j <= p + right
                         (UNBOUNDED on an open side; causal is folded in as right <= 0)
   has_mask, has_bias, has_alibi
+  derived               for a plan kept for its call shape (silkattn._cache): what each backend
+                        derives from it (its tables in the backend's form), kept with it
 and the work, in one of two shapes chosen here by shape (ggml's rule: one op, the path by shape):
   path "tiles"          tasks (TASK): (item, first query, rows) in the order to run, the heaviest
                         first and the tiles of one K/V unit together, so the threads that take
@@ -27,9 +29,10 @@ and the work, in one of two shapes chosen here by shape (ggml's rule: one op, th
                         threads share, then merged per group.
 """
 import dataclasses
-import functools
 
 import numpy as np
+
+from . import _cache
 
 UNBOUNDED = 1 << 62  # an open side of the visible window (positions stay far below it)
 ROWS_MAX = 16        # a K/V unit with at most this many query rows takes the rows path
@@ -78,6 +81,8 @@ class Plan:
     rows: np.ndarray = None
     chunks: np.ndarray = None
     parts: int = 0  # rows x (d_v + 2) values of partial results the rows path needs
+    derived: dict = None  # a kept plan's (silkattn._cache) {backend: what it derives from the plan}:
+    #                       kept with it, shared by its bound copies; None: a plan made for one call
 
     def bind(self, q, k, v, out):
         """This plan over other operands of the same layout (a cached plan, the call's arrays): a
@@ -148,15 +153,15 @@ def _tiles_path(plan, geometry, num_threads):
         bq = min(_ceil(_ceil(sq_max, per_item), 16) * 16, geometry.max_bq)
     bq = max(1, min(bq, _ceil(sq_max, mr) * mr))
     plan.path, plan.bq = "tiles", bq
-    plan.tasks = _tile_tasks(*(it[name].tobytes() for name in ("sq", "sk", "pos", "unit")), bq, plan.left,
-                             plan.right)
+    key = ("tile tasks", *(it[name].tobytes() for name in ("sq", "sk", "pos", "unit")), bq, plan.left,
+           plan.right)
+    plan.tasks = _cache.get(key, lambda: _tile_tasks(*key[1:]))
 
 
-@functools.lru_cache(maxsize=128)
 def _tile_tasks(sq, sk, pos, unit, bq, left, right):
     """TASKs of every item's query tiles: the items by cost (a unit's items stay together, the
-    costliest unit first), within an item its costliest tile first. Cached by the items' bytes, so
-    a repeated call shape costs a look-up."""
+    costliest unit first), within an item its costliest tile first. Kept (silkattn._cache) by the
+    items' bytes, so a repeated call shape costs a look-up."""
     sq, sk, pos, unit = (np.frombuffer(a, _I8) for a in (sq, sk, pos, unit))
     ntiles = -(-sq // bq)
     item = np.repeat(np.arange(len(sq), dtype=_I8), ntiles)
@@ -174,12 +179,11 @@ def _tile_tasks(sq, sk, pos, unit, bq, left, right):
 def _rows_path(plan):
     it, units = plan.items, plan.units
     plan.path = "rows"
-    plan.groups, plan.rows, plan.chunks, plan.parts = _row_layout(
-        it["sq"].tobytes(), it["pos"].tobytes(), it["unit"].tobytes(), units["sk"].tobytes(), plan.left,
-        plan.right)
+    key = ("row layout", it["sq"].tobytes(), it["pos"].tobytes(), it["unit"].tobytes(), units["sk"].tobytes(),
+           plan.left, plan.right)
+    plan.groups, plan.rows, plan.chunks, plan.parts = _cache.get(key, lambda: _row_layout(*key[1:]))
 
 
-@functools.lru_cache(maxsize=128)
 def _row_layout(sq, pos, unit, usk, left, right):
     """(GROUPs, ROWs, CHUNKs, partial-result values / (d_v + 2)) of the rows path: one group per
     unit, its rows the (item, query) pairs that read it, its visible keys cut into CHUNK_KEYS."""

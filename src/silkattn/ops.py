@@ -99,8 +99,44 @@ def silu_mul(G, U, *, out=None):
     return _api.silu_mul(_backends.kernels(), G, U, out=out)
 
 
+def layer_step_record(*, heads, norm1, qkv, o, norm2, up, down, cache, eps, kv_heads=None, activation="relu",
+                      post_norm=False, rope_base=None, cross=None, scratch_of=None):
+    """The record of one decoder layer's decoding step (silkattn._step.LayerStep), checked once, for
+    layer_step to run a token through: the layer's weights, norms, eps, rotary tables and KV cache
+    by name, never by position. Each argument is checked against the others (TypeError or
+    ValueError naming the first that does not fit); the record is then all a kernel is given.
+
+    heads, kv_heads (default heads): query and K/V heads (grouped-query attention); the head width
+        is o's input over heads. norm1, norm2: the attention's and the feed-forward's norm, g (d,)
+        for RMSNorm or (g, b) for LayerNorm; eps their epsilon.
+    qkv (d, (heads + 2 kv_heads) head width): Q heads, K heads, V heads; o (heads head width, d); up
+        (d, d_ff), or (d, 2 d_ff) gate | up with activation="swiglu"; down (d_ff, d). Each a float32
+        (in, out) array or a silkattn.quant.QuantizedMatrix (GGUF blocks; "int8" activations round
+        the block products' input to 8 bits), or (matrix, bias).
+    cache: the layer's (K, V), float32, each (kv_heads, capacity, head width) or (capacity, kv_heads
+        head width); layer_step writes row pos and attends over rows 0 .. pos.
+    post_norm: x = norm(x + f(x)) instead of x + f(norm(x)) (the paper's placement).
+    rope_base: rotary positions of this base on the Q and K heads (None: none).
+    cross: the cross-attention over an encoder's memory, {"norm", "q" (d, d), "o" (d, d), "memory":
+        (K, V) each (n_src, d), "keep": (n_src,) mask or None}.
+    scratch_of: a record of the same sizes whose buffers this one shares (a model's layers)."""
+    return _api.layer_step_record(heads=heads, norm1=norm1, qkv=qkv, o=o, norm2=norm2, up=up, down=down,
+                                  cache=cache, eps=eps, kv_heads=kv_heads, activation=activation,
+                                  post_norm=post_norm, rope_base=rope_base, cross=cross,
+                                  scratch_of=scratch_of)
+
+
+def layer_step(step, x, pos):
+    """x (d,) float32, the residual row of one token at position pos, through one decoder layer in
+    place (one fused kernel call where the backend has one, else the same step as separate ops):
+    x += o(attention(rope(qkv(norm1(x))))) over the cache's rows 0 .. pos (this token's K and V
+    written at row pos), [cross-attention,] x += down(act(up(norm2(x)))); post-norm x = norm(x +
+    f(x)). step: a layer_step_record. Returns x."""
+    return _api.layer_step(_backends.kernels(), step, x, pos)
+
+
 OPS = ("softmax", "layer_norm", "attention", "attention_varlen", "linear", "bias_relu", "bias_gelu",
-       "add_layer_norm", "rms_norm", "add_rms_norm", "rope", "silu_mul")
+       "add_layer_norm", "rms_norm", "add_rms_norm", "rope", "silu_mul", "layer_step")
 
 
 def bind(kernels):

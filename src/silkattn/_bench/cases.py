@@ -804,14 +804,13 @@ def export_llm_onnx(folder, keep_float32=False):
     The float32 export writes transformers' greedy tokens (32 of 32 on two prompts); the int8 model
     leaves them within a few (the first 0, 2 and 13 of 32 agreed on three prompts): the MLP's down
     projections see activations with outliers, which a per-tensor uint8 scale crushes."""
-    import inspect
     import shutil
     import tempfile
     import warnings
 
     import torch
     from onnxruntime.quantization import QuantType, quantize_dynamic
-    from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf_folder, name = smollm2_gguf()
     model = AutoModelForCausalLM.from_pretrained(gguf_folder, gguf_file=name, dtype=torch.float32,
@@ -819,6 +818,49 @@ def export_llm_onnx(folder, keep_float32=False):
     config = model.config
     layers, kv_heads = config.num_hidden_layers, config.num_key_value_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    past_names = [f"past_key_values.{i}.{kv}" for i in range(layers) for kv in ("key", "value")]
+    present_names = [f"present.{i}.{kv}" for i in range(layers) for kv in ("key", "value")]
+    axes = {"input_ids": {1: "tokens"}}
+    axes.update({n: {2: "past"} for n in past_names})
+    axes.update({n: {2: "total"} for n in present_names})
+    ids = torch.tensor([[1, 2, 3]], dtype=torch.int64)
+    past = tuple(torch.randn(1, kv_heads, 5, head_dim) for _ in past_names)
+    parent = os.path.dirname(os.path.abspath(folder))
+    os.makedirs(parent, exist_ok=True)
+    work = tempfile.mkdtemp(prefix=os.path.basename(folder) + ".", dir=parent)
+    try:
+        with torch.inference_mode(), warnings.catch_warnings():
+            # the tracer's note on lazy_initialization's empty tensors, which the cache's tensors replace
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            torch.onnx.export(_onnx_step(model).eval(), (ids,) + past, os.path.join(work, "float32.onnx"),
+                              input_names=["input_ids"] + past_names,
+                              output_names=["logits"] + present_names, dynamic_axes=axes,
+                              opset_version=17, dynamo=False, do_constant_folding=True)
+        quantize_dynamic(os.path.join(work, "float32.onnx"), os.path.join(work, "model.onnx"),
+                         op_types_to_quantize=["MatMul"], per_channel=True, weight_type=QuantType.QInt8,
+                         extra_options={"MatMulConstBOnly": True})
+        for f in os.listdir(work):
+            if f.startswith("float32.onnx") and not keep_float32:
+                os.remove(os.path.join(work, f))
+        AutoTokenizer.from_pretrained(gguf_folder, gguf_file=name).backend_tokenizer.save(
+            os.path.join(work, "tokenizer.json"))
+        if os.path.exists(folder):
+            shutil.rmtree(folder)
+        os.replace(work, folder)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _onnx_step(model):
+    """export_llm_onnx's wrapper of the transformers model: (input_ids, *past keys and values) ->
+    (the last position's logits, *present keys and values), the positions and the additive causal
+    mask made from the input shapes."""
+    import inspect
+
+    import torch
+    from transformers import DynamicCache
+
+    config = model.config
     # the cache's keyword: `cache` in recent transformers 5 releases, `past_key_values` before
     cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
@@ -840,38 +882,7 @@ def export_llm_onnx(folder, keep_float32=False):
                              use_cache=True, logits_to_keep=1, **{cache_kw: cache})
             present = [t for layer in getattr(out, cache_kw).layers for t in (layer.keys, layer.values)]
             return (out.logits[:, -1],) + tuple(present)
-
-    past_names = [f"past_key_values.{i}.{kv}" for i in range(layers) for kv in ("key", "value")]
-    present_names = [f"present.{i}.{kv}" for i in range(layers) for kv in ("key", "value")]
-    axes = {"input_ids": {1: "tokens"}}
-    axes.update({n: {2: "past"} for n in past_names})
-    axes.update({n: {2: "total"} for n in present_names})
-    ids = torch.tensor([[1, 2, 3]], dtype=torch.int64)
-    past = tuple(torch.randn(1, kv_heads, 5, head_dim) for _ in past_names)
-    parent = os.path.dirname(os.path.abspath(folder))
-    os.makedirs(parent, exist_ok=True)
-    work = tempfile.mkdtemp(prefix=os.path.basename(folder) + ".", dir=parent)
-    try:
-        with torch.inference_mode(), warnings.catch_warnings():
-            # the tracer's note on lazy_initialization's empty tensors, which the cache's tensors replace
-            warnings.simplefilter("ignore", torch.jit.TracerWarning)
-            torch.onnx.export(Step().eval(), (ids,) + past, os.path.join(work, "float32.onnx"),
-                              input_names=["input_ids"] + past_names,
-                              output_names=["logits"] + present_names, dynamic_axes=axes,
-                              opset_version=17, dynamo=False, do_constant_folding=True)
-        quantize_dynamic(os.path.join(work, "float32.onnx"), os.path.join(work, "model.onnx"),
-                         op_types_to_quantize=["MatMul"], per_channel=True, weight_type=QuantType.QInt8,
-                         extra_options={"MatMulConstBOnly": True})
-        for f in os.listdir(work):
-            if f.startswith("float32.onnx") and not keep_float32:
-                os.remove(os.path.join(work, f))
-        AutoTokenizer.from_pretrained(gguf_folder, gguf_file=name).backend_tokenizer.save(
-            os.path.join(work, "tokenizer.json"))
-        if os.path.exists(folder):
-            shutil.rmtree(folder)
-        os.replace(work, folder)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    return Step()
 
 
 def _llm_onnxruntime(c, text):

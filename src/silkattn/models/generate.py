@@ -10,10 +10,9 @@ tokens on every backend.
 """
 import numpy as np
 
-from .. import _backends, ops
 from .. import _checks as check
+from .. import ops
 from .. import reference as ref
-from .._threads import LINEAR_WORK, threads_for
 from . import decoder, seq2seq
 from .config import DecoderConfig, Seq2SeqConfig
 from .layers import fused_qkv
@@ -87,36 +86,29 @@ def generate(prompt_ids, P, max_new_tokens, *, memory=None, memory_mask=None, te
 
 
 def _fused_blocks(layers, qkv, cache, capacity, cross=None, memory_mask=None):
-    """A decoding step's blocks as one Kernels.block_layer call each: x (d,) -> x after every layer
-    (updated in place, the new keys and values written to the cache), or None where the backend
-    has no such kernel or the model is not float32 with C-contiguous arrays (the ops then run it)."""
-    kernels = _backends.kernels()
+    """A decoding step's blocks as one ops.layer_step each, their records (ops.layer_step_record)
+    made here once: x (d,) -> x after every layer (updated in place, the new keys and values
+    written to the cache), or None where the model is not float32 with C-contiguous arrays (the
+    ops then run it)."""
     f32 = np.dtype(np.float32)
     names = ("ln1", "ln2", "attn", "ffn", "ln_cross", "cross")
     arrays = [a for p in layers for name in names for a in p.get(name, ())]
     arrays += list(qkv) + [cache.data] + [a for kv in (cross or ()) for a in kv]
-    if kernels.block_layer is None or not all(a.dtype == f32 and a.flags.c_contiguous for a in arrays):
+    if not all(a.dtype == f32 and a.flags.c_contiguous for a in arrays):
         return None
-    d, d_ff, h = layers[0]["attn"][3].shape[0], layers[0]["ffn"][0].shape[1], layers[0]["h"]
-    n_src = len(cross[0][0]) if cross else 0
-    keep = (np.ones(n_src, np.uint8) if memory_mask is None else np.ascontiguousarray(memory_mask, np.uint8))
-    none_w, none_v, none_g = np.zeros((1, 1), f32), np.zeros((0, d), f32), np.zeros(0, f32)
-    scratch = [np.empty(n, f32) for n in (3 * d, d, max(d, d_ff), d_ff)]
-    scratch.append(np.empty((h, max(capacity, n_src)), f32))
-    args = []
+    steps = []
     for i, p in enumerate(layers):
-        has_cross = cross is not None
-        Km, Vm = cross[i] if has_cross else (none_v, none_v)
-        Wcq, _, _, Wco = p["cross"] if has_cross else (none_w,) * 4
-        lnc = p["ln_cross"] if has_cross else (none_g, none_g)
-        args.append((*p["ln1"], *lnc, *p["ln2"], qkv[i], p["attn"][3], Wcq, Wco, *p["ffn"], *cache[i]))
-        args[-1] += (Km, Vm, keep if has_cross else np.ones(0, np.uint8), p["h"],
-                     p.get("norm", "pre") == "post", has_cross)
-    threads = threads_for(sum(a.nbytes for a in arrays), LINEAR_WORK)
+        W1, b1, W2, b2 = p["ffn"]
+        attend = None if cross is None else {"norm": p["ln_cross"], "q": p["cross"][0], "o": p["cross"][3],
+                                             "memory": cross[i], "keep": memory_mask}
+        steps.append(ops.layer_step_record(
+            heads=p["h"], norm1=tuple(p["ln1"]), qkv=qkv[i], o=p["attn"][3], norm2=tuple(p["ln2"]),
+            up=(W1, b1), down=(W2, b2), cache=cache[i], eps=ref.LN_EPS,
+            post_norm=p.get("norm", "pre") == "post", cross=attend, scratch_of=steps[0] if steps else None))
 
     def run(x, pos):
-        x = np.array(x, f32)  # (d,): the residual stream, a copy the kernels update in place
-        for layer in args:
-            kernels.block_layer(x, *layer[:16], pos, *layer[16:], 1e-5, *scratch, threads)
+        x = np.array(x, f32)  # (d,): the residual stream, a copy the steps update in place
+        for step in steps:
+            ops.layer_step(step, x, pos)
         return x
     return run

@@ -10,11 +10,13 @@ in the half-split rotary layout: GGUF stores llama.cpp's interleaved one), so th
 reference's llama() on the dequantized weights. Tensors of other types (F32, F16) are float32.
 
 A prefill (many rows) runs ops.linear's GEMM path: each matrix dequantized a panel at a time into
-a BLAS GEMM. A decoding step (one row) is one fused kernel call per layer (Kernels.llama_layer:
-norm, Q/K/V, rotary, cache append, attention, output projection and residual, norm, gate/up,
-SwiGLU, down projection and residual) reading each block once; the same step as separate ops
-(Llama._run, the readable path and the fused one's oracle) runs where a backend has no fused kernel
-or a matrix is float32. The KV cache holds only the K/V heads (grouped-query attention).
+a BLAS GEMM. A decoding step (one row) is one ops.layer_step per layer (one fused kernel call where
+the backend has it: norm, Q/K/V, rotary, cache append, attention, output projection and residual,
+norm, gate/up, SwiGLU, down projection and residual) reading each block once, each layer's record
+(ops.layer_step_record: its matrices, norms, eps, rotary tables and cache by name) made once per
+generation; the same step as separate ops (Llama._run, the readable path and the fused one's
+oracle) runs where a matrix is float32. The KV cache holds only the K/V heads (grouped-query
+attention).
 """
 import dataclasses
 import importlib.util
@@ -23,10 +25,9 @@ import time
 
 import numpy as np
 
-from .. import _api, _backends, ops, quant
 from .. import _checks as check
+from .. import ops, quant
 from .. import reference as ref
-from .._threads import LINEAR_WORK, threads_for
 from . import gguf
 
 
@@ -116,12 +117,10 @@ class Llama:
                                                                                 eos_id, path)
         self.stats = {}  # the last generation's prompt_tokens, prefill_s, new_tokens, decode_s, stopped
         self._params = None
-        # the fused step's per-layer arguments (the kernel contract's order), made once: every layer's
-        # matrices as blocks with one kind of activations, else None (the step then runs as ops)
-        self._step_args = [(L.attn_norm, L.ffn_norm,
-                            *(a for W in (L.wqkv, L.wo, L.wgu, L.wd) for a in (W.blocks, W.code)), L.wqkv.q8)
-                           for L in layers] if all(L.quantized and len({W.activations for W in (
-                               L.wqkv, L.wo, L.wgu, L.wd)}) == 1 for L in layers) else None
+        # the fused step runs where every layer's matrices are blocks with one kind of activations
+        # (else the step runs as ops)
+        self._fused = all(L.quantized and len({W.activations for W in (L.wqkv, L.wo, L.wgu, L.wd)}) == 1
+                          for L in layers)
 
     @property
     def params(self):
@@ -183,12 +182,26 @@ class Llama:
             return ref.dequantize(self.emb.blocks[ids], self.emb.kind)
         return self.emb[ids]
 
-    def _run(self, ids, cache, start, last_only=True, fused=True):  # ids at positions start .. start + n - 1
+    def layer_steps(self, cache):  # -> [LayerStep] (ops.layer_step_record), or None
+        """The decoding step's records over `cache` (as from self.cache()), one a layer, sharing one
+        set of buffers: what ops.layer_step runs a token through; None where the step runs as ops."""
+        if not self._fused:
+            return None
+        c, steps = self.config, []
+        for i, L in enumerate(self.layers):
+            steps.append(ops.layer_step_record(
+                heads=c.h, kv_heads=c.h_kv, norm1=L.attn_norm, qkv=L.wqkv, o=L.wo, norm2=L.ffn_norm, up=L.wgu,
+                down=L.wd, activation="swiglu", cache=(cache[i, 0], cache[i, 1]), eps=c.eps,
+                rope_base=c.rope_base, scratch_of=steps[0] if steps else None))
+        return steps
+
+    def _run(self, ids, cache, start, last_only=True, fused=True, steps=None):  # ids at start .. start + n
         """Logits of the new positions (the last one only if last_only); their K and V written to cache.
-        One token runs the fused step (fused=False: the ops, its oracle) where the backend has it."""
-        c, kernels = self.config, _backends.kernels()
-        if fused and len(ids) == 1 and kernels.llama_layer is not None and self._step_args:
-            return self._step(kernels, int(ids[0]), cache, start)
+        One token runs the fused step through the records `steps` (made here if None; fused=False:
+        the ops, its oracle)."""
+        c = self.config
+        if fused and len(ids) == 1 and self._fused:
+            return self._step(steps or self.layer_steps(cache), int(ids[0]), start)
         n, end, hq, hkv, dh, dff = len(ids), start + len(ids), c.h, c.h_kv, c.d_head, c.d_ff
         positions = np.arange(start, end)
         X = self._embed(ids)  # (n, d)
@@ -212,25 +225,12 @@ class Llama:
             X, H = ops.add_rms_norm(X, F, following, c.eps)
         return ops.linear(H[-1:] if last_only else H, self.head)
 
-    def _step(self, kernels, token, cache, pos):  # -> logits (1, vocab)
-        """_run for one token at position pos: one fused kernel call per layer (Kernels.llama_layer)."""
-        c = self.config
+    def _step(self, steps, token, pos):  # -> logits (1, vocab)
+        """_run for one token at position pos: one ops.layer_step per layer."""
         x = np.ascontiguousarray(self._embed([token])[0])  # (d,): the residual stream, updated in place
-        cos, sin, rows = _api.rope_tables(c.rope_base, c.d_head // 2, np.dtype(np.float32), np.array([pos]))
-        scratch = self._scratch(cache.shape[3])
-        k, n = self.layers[0].wgu.shape
-        threads = threads_for(k * n, LINEAR_WORK)  # as ops.linear would give its largest product
-        for i, args in enumerate(self._step_args):
-            kernels.llama_layer(x, *args, cache[i, 0], cache[i, 1], pos, cos[rows[0]], sin[rows[0]], c.h,
-                                c.eps, *scratch, threads)
-        return ops.linear(ops.rms_norm(x[None], self.norm, c.eps), self.head)
-
-    def _scratch(self, capacity):  # the fused step's buffers (qkv, a, hn, gu, scores), kept per capacity
-        if getattr(self, "_buffers", (None,))[0] != capacity:
-            c = self.config
-            self._buffers = capacity, tuple(np.empty(size, np.float32) for size in (
-                (c.h + 2 * c.h_kv) * c.d_head, c.h * c.d_head, max(c.d, c.d_ff), 2 * c.d_ff, (c.h, capacity)))
-        return self._buffers[1]
+        for step in steps:
+            ops.layer_step(step, x, pos)
+        return ops.linear(ops.rms_norm(x[None], self.norm, self.config.eps), self.head)
 
     # ---- generation
 
@@ -288,6 +288,7 @@ class Llama:
             if not max_new_tokens:
                 return
             cache, start = self.cache(len(ids) + max_new_tokens), time.perf_counter()
+            steps = self.layer_steps(cache)
             logits = self._run(ids, cache, 0)[-1]
             stats["prefill_s"], position = time.perf_counter() - start, len(ids)
             while True:
@@ -298,7 +299,7 @@ class Llama:
                 if stats["stopped"] or stats["new_tokens"] == max_new_tokens:
                     return
                 start = time.perf_counter()
-                logits = self._run(np.array([token]), cache, position)[-1]
+                logits = self._run(np.array([token]), cache, position, steps=steps)[-1]
                 stats["decode_s"], position = stats["decode_s"] + time.perf_counter() - start, position + 1
         return tokens()
 

@@ -4,8 +4,9 @@ without a C toolchain.
 Exports its Kernels record and the ops of silkattn.ops run on it alone: silkattn.numba.attention,
 softmax, layer_norm and the rest of silkattn.ops (add_layer_norm runs its NumPy fallback here). The
 kernels are in softmax.py, layer_norm.py, attention.py, linear.py, linear_q.py, feed_forward.py,
-rms_norm.py, rope.py, silu_mul.py, llama_layer.py and block_layer.py, their SIMD layer in _simd.py,
-the kernel-contract entry points (packing, scheduling, workspace) in driver.py.
+rms_norm.py, rope.py, silu_mul.py and layer_step.py, their SIMD layer in _simd.py, how they are
+compiled and cached in _jit.py, the kernel-contract entry points (packing, scheduling, workspace)
+in driver.py.
 """
 from .. import ops
 from .._backends import Kernels, TileGeometry
@@ -34,7 +35,7 @@ KERNELS = Kernels("numba", softmax=driver.softmax, layer_norm=driver.layer_norm,
                   bias_relu=driver.bias_relu, bias_gelu=driver.bias_gelu, rms_norm=driver.rms_norm,
                   add_rms_norm=driver.add_rms_norm,
                   rope=driver.rope, silu_mul=driver.silu_mul, dequantize=driver.dequantize,
-                  llama_layer=driver.llama_layer, block_layer=driver.block_layer,
+                  layer_step=driver.layer_step,
                   isa=f"{_simd.VBYTES * 8}-bit (llvm)")
 
 globals().update(ops.bind(KERNELS))

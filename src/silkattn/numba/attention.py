@@ -27,14 +27,22 @@ GQA group). The group's visible keys are cut into chunks by the plan; a chunk le
 partial (m, l, acc) over its keys, read straight from K and V, each block of DEC_BLOCK keys once for
 all the rows of the group (the block stays in cache); the thread finishing a group's last chunk
 merges its partials: m = max m_c, l = sum l_c e^(m_c - m), out = sum acc_c e^(m_c - m) / l.
+
+Both entry points take the plan as three records, filled by the driver (driver.attention): the
+arrays (Operands), the plan's tables (Tables) and its scalars (Scalars). They come in as plain
+tuples, which Numba types in well under a microsecond (a namedtuple goes through Python's typeof,
+about 0.15 us a field), and are named on entry (Operands(*ops), ...): every helper reads them by
+field.
 """
 import math
+from collections import namedtuple
 
 import numba
 import numpy as np
 from numba import prange
 
 from .._plan import CHUNK, GROUP, ITEM, ROW, ROWS_MAX, TASK, UNIT
+from ._jit import jit
 from ._simd import (
     CACHE,
     FASTMATH,
@@ -85,7 +93,24 @@ CH_GROUP, CH_J0, CH_J1, CH_PART = (_col[CHUNK][n] for n in ("group", "j0", "j1",
 
 
 def _jit(**kw):
-    return numba.njit(nogil=True, cache=CACHE, fastmath=FASTMATH, **kw)
+    return jit(cache=CACHE, fastmath=FASTMATH, **kw)
+
+
+# q, k, v, mask, bias: the plan's flat operands (read-only), out: the flat result; kp, vp: the tiles
+# path's packed K and V (pack_kv); parts: the rows path's partial results; what a path does not use
+# is an empty array of the call's dtype.
+Operands = namedtuple("Operands", ["q", "k", "v", "mask", "bias", "out", "kp", "vp", "parts"])
+# int64 (n, fields) views of the plan's tables (their columns named above); nslopes: the items'
+# -slope in the call's dtype; tile0[u]: unit u's first packed tile, tile_unit[w]: the unit of tile w;
+# tasks (tiles path) or groups, rows, chunks (rows path), the other path's empty.
+Tables = namedtuple("Tables", ["items", "nslopes", "units", "tile0", "tile_unit", "tasks", "groups", "rows",
+                               "chunks"])
+# the operands' row steps, d_k, d_v, d_v padded to the P V micro-kernel's registers (tiles path), the
+# scale and softcap in the call's dtype (every score is computed in it), the window, the features,
+# and the threads (Numba's current count, passed in: numba.get_num_threads() in jitted code would
+# make the function uncachable)
+Scalars = namedtuple("Scalars", ["rs_q", "rs_k", "rs_v", "rs_mask", "rs_bias", "dk", "dv", "dvp", "scale",
+                                 "cap", "left", "right", "has_mask", "has_bias", "has_alibi", "nthreads"])
 
 
 if numba.config.DISABLE_JIT:
@@ -114,15 +139,6 @@ else:
             one = ir.Constant(ir.IntType(64), 1)
             return builder.atomic_rmw("add", builder.gep(a.data, [idx]), one, "acq_rel")
         return types.int64(counter, i), codegen
-
-
-@_jit(inline="always")
-def _in_dtype(out, scale, softcap):
-    """scale and softcap rounded to out's dtype, so every score is computed in it."""
-    sc = np.empty(2, out.dtype)
-    sc[0] = scale
-    sc[1] = softcap
-    return sc[0], sc[1]
 
 
 @_jit()
@@ -169,22 +185,24 @@ def _softcap(S, s0, n, cap):
 
 
 @_jit(inline="always")
-def _features(S, s0, n, npad, j0, p, cap, bias, brow, has_bias, nslope, has_alibi, mask, mrow, has_mask,
-              left, right, windowed):
+def _features(S, s0, n, npad, j0, p, sc, bias, mask, at, nslope, windowed):
     """The scores S[s0 : s0 + n] of keys j0 .. j0 + n - 1 for the query at position p, in place, in
-    the reference's order: softcap (cap > 0), + bias (key j0's at brow), + ALiBi (nslope = -slope),
-    then hidden keys to MASKED: mask == 0 (key j0's at mrow) or, when windowed, outside
-    p - left <= j <= p + right. S[s0 + n : s0 + npad] (no key) = -inf, so they weigh 0.
-    Each pass runs only when its feature is on."""
+    the reference's order: softcap (sc.cap > 0), + bias (key j0's at bias[at[0]]), + ALiBi (nslope =
+    -slope), then hidden keys to MASKED: mask == 0 (key j0's at mask[at[1]]) or, when windowed,
+    outside p - left <= j <= p + right. S[s0 + n : s0 + npad] (no key) = -inf, so they weigh 0.
+    Each pass runs only when its feature is on. (The arrays come in as arrays, not in a record:
+    each field taken from a record is a reference count up and down, too dear per row of a block.)"""
+    cap, left, right = sc.cap, sc.left, sc.right
+    brow, mrow = at
     if cap > 0:
         _softcap(S, s0, npad, cap)
-    if has_bias:
+    if sc.has_bias:
         for j in range(n):
             S[uidx(s0 + j)] += bias[uidx(brow + j)]
-    if has_alibi:
+    if sc.has_alibi:
         for j in range(n):
             S[uidx(s0 + j)] += nslope * abs(p - j0 - j)
-    if has_mask:
+    if sc.has_mask:
         for j in range(n):
             if mask[uidx(mrow + j)] == 0:
                 S[uidx(s0 + j)] = MASKED
@@ -198,13 +216,16 @@ def _features(S, s0, n, npad, j0, p, cap, bias, brow, has_bias, nslope, has_alib
 
 
 @_jit()
-def _exact_row(q, k, v, mask, bias, out, ob, qrow, krow, vrow, mrow, brow, rs_k, rs_v, p, sk, dk, dv, scale,
-               cap, left, right, has_mask, has_bias, has_alibi, nslope, row):
+def _exact_row(op, sc, ob, qrow, krow, vrow, mrow, brow, p, sk, nslope, row):
     """One query row the plain two-pass way over all its sk keys, every feature as in the
     reference and hidden scores = MASKED: for the rare rows whose final max is below EXACT_BELOW
     (e.g. every key hidden, which gives mean(V)), where the skipped and zero-flushed hidden keys
     would have counted. The query at qrow, key j at krow + j * rs_k (v likewise), its mask and bias
     at mrow + j and brow + j; p: its position; out[ob : ob + dv]: the result; row: >= sk scratch."""
+    q, k, v, mask, bias, out = op.q, op.k, op.v, op.mask, op.bias, op.out
+    rs_k, rs_v, dk, dv = sc.rs_k, sc.rs_v, sc.dk, sc.dv
+    scale, cap, left, right = sc.scale, sc.cap, sc.left, sc.right
+    has_mask, has_bias, has_alibi = sc.has_mask, sc.has_bias, sc.has_alibi
     zero = scale - scale
     for j in range(sk):
         s = zero
@@ -239,27 +260,31 @@ def _exact_row(q, k, v, mask, bias, out, ob, qrow, krow, vrow, mrow, brow, rs_k,
 # ---------------------------------------------------------------- tiles path
 
 @_jit(parallel=True)
-def pack_kv(k, v, units, tile0, tile_unit, rs_k, rs_v, dk, dv, dvp, kp, vp):
+def pack_kv(ops, tabs, scalars):
     """Each unit's K as key-contiguous tiles (tile w = tile0[u] + t at kp[w * dk * BK], [d, key])
     and V as rows padded to dvp lanes (key t * BK + j of unit u at vp[((tile0[u] + t) * BK + j) *
-    dvp]); zero padding past the unit's keys and dv. tile_unit[w]: the unit of tile w."""
-    for w in prange(tile_unit.size):
-        _pack_tile(w, k, v, units, tile0, tile_unit, rs_k, rs_v, dk, dv, dvp, kp, vp)
+    dvp]); zero padding past the unit's keys and dv. The records as attention_tiles takes them."""
+    op, tb, sc = Operands(*ops), Tables(*tabs), Scalars(*scalars)
+    for w in prange(tb.tile_unit.size):
+        _pack_tile(w, op, tb, sc)
 
 
 @_jit()
-def pack_kv_serial(k, v, units, tile0, tile_unit, rs_k, rs_v, dk, dv, dvp, kp, vp):
+def pack_kv_serial(ops, tabs, scalars):
     """pack_kv on the calling thread alone (a one-thread call need not pay for a parallel launch)."""
-    for w in range(tile_unit.size):
-        _pack_tile(w, k, v, units, tile0, tile_unit, rs_k, rs_v, dk, dv, dvp, kp, vp)
+    op, tb, sc = Operands(*ops), Tables(*tabs), Scalars(*scalars)
+    for w in range(tb.tile_unit.size):
+        _pack_tile(w, op, tb, sc)
 
 
 @_jit()
-def _pack_tile(w, k, v, units, tile0, tile_unit, rs_k, rs_v, dk, dv, dvp, kp, vp):
+def _pack_tile(w, op, tb, sc):
     """Tile w of pack_kv. Indices are unsigned (uidx): for a signed index Numba adds the wrap-around
     of negative ones, a branch that keeps LLVM from vectorising the copies."""
-    u = tile_unit[w]
-    k0 = (w - tile0[u]) * BK
+    k, v, kp, vp, units = op.k, op.v, op.kp, op.vp, tb.units
+    rs_k, rs_v, dk, dv, dvp = sc.rs_k, sc.rs_v, sc.dk, sc.dv, sc.dvp
+    u = tb.tile_unit[w]
+    k0 = (w - tb.tile0[u]) * BK
     nk = max(0, min(BK, units[u, UN_SK] - k0))
     kb = w * dk * BK
     j = 0
@@ -345,33 +370,30 @@ def _block_4x2(A, a0, lda, B, b0, ldb, n, C, c0, ldc, accumulate):
 
 
 @_jit(parallel=True)
-def attention_tiles(q, k, v, mask, bias, out, kp, vp, items, nslopes, units, tile0, tasks, rs_q, rs_k, rs_v,
-                    rs_mask, rs_bias, dk, dv, dvp, scale, softcap, left, right, has_mask, has_bias, has_alibi,
-                    nthreads, work):
-    """The plan's tasks (item, q0, rows), taken in order by nthreads threads (Numba's current count,
-    passed in: numba.get_num_threads() in jitted code would make the function uncachable); kp, vp:
-    K and V packed by pack_kv (tile0: each unit's first tile); work: (>= nthreads,
+def attention_tiles(ops, tabs, scalars, work):
+    """The plan's tasks (item, q0, rows), taken in order by sc.nthreads threads; the records (the
+    module docstring): K and V packed by pack_kv into kp and vp; work: (>= nthreads,
     tile_scratch(...)[-1]) scratch, a row per thread."""
-    scale_, cap = _in_dtype(out, scale, softcap)
+    op, tb, sc = Operands(*ops), Tables(*tabs), Scalars(*scalars)
     counter = np.zeros(1, np.int64)
+    tasks = tb.tasks
     ntasks = tasks.shape[0]
     # One parallel iteration per thread, each taking the next task until none is left (a static
     # split of the tasks would load one thread with most of a causal triangle).
-    for p in prange(nthreads):
+    for p in prange(sc.nthreads):
         buf = work[p]
         while True:
             t = _take(counter, 0)
             if t >= ntasks:
                 break
-            _tile(tasks[t, TA_ITEM], tasks[t, TA_Q0], tasks[t, TA_ROWS], q, k, v, mask, bias, out, kp, vp,
-                  items, nslopes, units, tile0, rs_q, rs_k, rs_v, rs_mask, rs_bias, dk, dv, dvp, scale_, cap,
-                  left, right, has_mask, has_bias, has_alibi, buf)
+            _tile(tasks[t, TA_ITEM], tasks[t, TA_Q0], tasks[t, TA_ROWS], op, tb, sc, buf)
 
 
 @_jit(inline="always")
-def _tile_start(q, Qp, acc, mrun, lrun, qb, q0, nq, nqr, rs_q, dk, dvp, scale):
+def _tile_start(op, sc, Qp, acc, mrun, lrun, qb, q0, nq, nqr):
     """Reset the running max, sum and accumulator of rows 0 .. nq, and pack the task's queries,
     scaled, into Qp (nq, dk); rows nq .. nqr of both are zeros (whole register blocks)."""
+    q, rs_q, dk, dvp, scale = op.q, sc.rs_q, sc.dk, sc.dvp, sc.scale
     for r in range(nq):
         mrun[r] = -np.inf
         lrun[r] = 0
@@ -400,23 +422,73 @@ def _tile_hidden(mask, mb, q0, nq, rs_mask, k0, nk):
     return hidden
 
 
+@_jit(inline="always")
+def _tile_scores(Qp, kp, kb, S, nk, nqr, P0, k0, sc):
+    """S = Q_tile K_tile^T for one key tile (packed at kp[kb]): R rows x 2 registers of keys a block.
+    A block whose (row, key) pairs are all hidden by the window (the causal diagonal's upper part, a
+    window's edge) or past the tile's nk keys is not computed: _features then overwrites its scores
+    (MASKED, or -inf past nk) before they are read."""
+    W2 = 2 * vwidth(S)
+    dk, left, right = sc.dk, sc.left, sc.right
+    for jv in range(0, min(nk, BK), W2):
+        for r0 in range(0, nqr, R):
+            if jv <= P0 + r0 + R - 1 + right - k0 and jv + W2 - 1 >= P0 + r0 - left - k0:
+                _block_4x2(Qp, r0 * dk, dk, kp, kb + jv, BK, dk, S, r0 * BK + jv, BK, False)
+
+
+@_jit(inline="always")
+def _tile_pv(S, vp, vb, acc, nk, nqr, P0, k0, sc):
+    """acc += P V_tile (V's tile packed at vp[vb]): R rows x 2 registers of d_v a block, each block
+    over only the keys its rows can see (the others weigh exactly 0, or the row takes the exact
+    path)."""
+    W2 = 2 * vwidth(S)
+    dvp, left, right = sc.dvp, sc.left, sc.right
+    for r0 in range(0, nqr, R):
+        jlo = max(0, P0 + r0 - left - k0)
+        jhi = min(nk, P0 + r0 + R - 1 + right - k0 + 1)
+        if jlo >= jhi:
+            continue
+        for dc in range(0, dvp, W2):
+            _block_4x2(S, r0 * BK + jlo, BK, vp, vb + jlo * dvp + dc, dvp, jhi - jlo, acc, r0 * dvp + dc, dvp,
+                       True)
+
+
+@_jit(inline="always")
+def _tile_out(b, q0, nq, op, tb, sc, acc, mrun, lrun, buf):
+    """The task's output rows: acc / l, or the exact path for rows whose max is tiny."""
+    items, out, dv, dvp = tb.items, op.out, sc.dv, sc.dvp
+    pos, qb, mb, bb = items[b, IT_POS], items[b, IT_Q], items[b, IT_MASK], items[b, IT_BIAS]
+    o_row = tile_scratch(sc.dk, dvp, 0)[4]
+    sk = items[b, IT_SK]
+    for r in range(nq):
+        i = q0 + r
+        ob = items[b, IT_OUT] + i * dv
+        if mrun[r] < EXACT_BELOW:
+            _exact_row(op, sc, ob, qb + i * sc.rs_q, items[b, IT_K], items[b, IT_V], mb + i * sc.rs_mask,
+                       bb + i * sc.rs_bias, pos + i, sk, tb.nslopes[b], buf[o_row:o_row + sk])
+        else:
+            inv = lrun[r]
+            for d in range(dv):
+                out[uidx(ob + d)] = acc[uidx(r * dvp + d)] / inv
+
+
 @_jit()
-def _tile(b, q0, nq, q, k, v, mask, bias, out, kp, vp, items, nslopes, units, tile0, rs_q, rs_k, rs_v,
-          rs_mask, rs_bias, dk, dv, dvp, scale, cap, left, right, has_mask, has_bias, has_alibi, buf):
+def _tile(b, q0, nq, op, tb, sc, buf):
     """Output rows q0 .. q0 + nq - 1 of item b (nq <= BQ); buf: this thread's scratch."""
-    o_acc, o_q, o_m, o_l, o_row, _ = tile_scratch(dk, dvp, 0)
+    o_acc, o_q, o_m, o_l, o_row, _ = tile_scratch(sc.dk, sc.dvp, 0)
     S = buf[:o_acc]              # scores, then probabilities: (BQ, BK)
     acc = buf[o_acc:o_q]         # running P V: (BQ, dvp)
     Qp = buf[o_q:o_m]            # the query tile, scaled: (BQ, dk)
     mrun = buf[o_m:o_l]          # running max
     lrun = buf[o_l:o_row]        # running sum
-    W = vwidth(out)
-    W2 = 2 * W
+    W = vwidth(op.out)
+    items, mask, bias, kp, vp, tile0 = tb.items, op.mask, op.bias, op.kp, op.vp, tb.tile0
+    dk, dvp, left, right = sc.dk, sc.dvp, sc.left, sc.right
     u, sk, pos = items[b, IT_UNIT], items[b, IT_SK], items[b, IT_POS]
     qb, mb, bb = items[b, IT_Q], items[b, IT_MASK], items[b, IT_BIAS]
-    nslope = nslopes[b]
+    nslope = tb.nslopes[b]
     nqr = (nq + R - 1) // R * R  # whole register blocks; rows nq .. nqr: zero queries, results unused
-    _tile_start(q, Qp, acc, mrun, lrun, qb, q0, nq, nqr, rs_q, dk, dvp, scale)
+    _tile_start(op, sc, Qp, acc, mrun, lrun, qb, q0, nq, nqr)
     # the keys some row can see: the first row's window start to the last row's window end
     P0 = pos + q0
     P1 = P0 + nq - 1
@@ -425,23 +497,15 @@ def _tile(b, q0, nq, q, k, v, mask, bias, out, kp, vp, items, nslopes, units, ti
     for t in range(j_lo // BK, (j_hi + BK - 1) // BK):
         k0 = t * BK
         nk = min(BK, sk - k0)
-        if has_mask and _tile_hidden(mask, mb, q0, nq, rs_mask, k0, nk):
+        if sc.has_mask and _tile_hidden(mask, mb, q0, nq, sc.rs_mask, k0, nk):
             continue
-        # ---- S = Q_tile K_tile^T: R rows x 2 registers of keys a block. A block whose (row, key)
-        # pairs are all hidden by the window (the causal diagonal's upper part, a window's edge) or
-        # past the tile's keys is not computed: `windowed` below is then set, so _features
-        # overwrites its scores (MASKED, or -inf past nk) before they are read.
-        kb = (tile0[u] + t) * dk * BK
-        for jv in range(0, min(nk, BK), W2):
-            for r0 in range(0, nqr, R):
-                if jv <= P0 + r0 + R - 1 + right - k0 and jv + W2 - 1 >= P0 + r0 - left - k0:
-                    _block_4x2(Qp, r0 * dk, dk, kp, kb + jv, BK, dk, S, r0 * BK + jv, BK, False)
+        _tile_scores(Qp, kp, (tile0[u] + t) * dk * BK, S, nk, nqr, P0, k0, sc)
         # ---- the features, then the online softmax per row
         windowed = k0 < P1 - left or k0 + nk - 1 > P0 + right  # the window hides some key from some row
         for r in range(nq):
             i = q0 + r
-            _features(S, r * BK, nk, BK, k0, pos + i, cap, bias, bb + i * rs_bias + k0, has_bias, nslope,
-                      has_alibi, mask, mb + i * rs_mask + k0, has_mask, left, right, windowed)
+            _features(S, r * BK, nk, BK, k0, pos + i, sc, bias, mask,
+                      (bb + i * sc.rs_bias + k0, mb + i * sc.rs_mask + k0), nslope, windowed)
             # the online softmax of row r: p = exp(s - m_new), l and acc rescaled by e^(m - m_new)
             sr = r * BK
             mx = vload(S, sr)
@@ -462,29 +526,8 @@ def _tile(b, q0, nq, q, k, v, mask, bias, out, kp, vp, items, nslopes, units, ti
                         vstore(acc, r * dvp + dc, vmul(vload(acc, r * dvp + dc), va))
                 mrun[r] = m_new
             lrun[r] += hsum(sm)
-        # ---- acc += P V_tile: R rows x 2 registers of d_v a block, each block over only the keys
-        # its rows can see (the others weigh exactly 0, or the row takes the exact path)
-        vb = (tile0[u] + t) * BK * dvp
-        for r0 in range(0, nqr, R):
-            jlo = max(0, P0 + r0 - left - k0)
-            jhi = min(nk, P0 + r0 + R - 1 + right - k0 + 1)
-            if jlo >= jhi:
-                continue
-            for dc in range(0, dvp, W2):
-                _block_4x2(S, r0 * BK + jlo, BK, vp, vb + jlo * dvp + dc, dvp, jhi - jlo,
-                           acc, r0 * dvp + dc, dvp, True)
-    # ---- the rows: acc / l, or the exact path for rows whose max is tiny
-    for r in range(nq):
-        i = q0 + r
-        ob = items[b, IT_OUT] + i * dv
-        if mrun[r] < EXACT_BELOW:
-            _exact_row(q, k, v, mask, bias, out, ob, qb + i * rs_q, items[b, IT_K], items[b, IT_V],
-                       mb + i * rs_mask, bb + i * rs_bias, rs_k, rs_v, pos + i, sk, dk, dv, scale, cap, left,
-                       right, has_mask, has_bias, has_alibi, nslope, buf[o_row:o_row + sk])
-        else:
-            inv = lrun[r]
-            for d in range(dv):
-                out[uidx(ob + d)] = acc[uidx(r * dvp + d)] / inv
+        _tile_pv(S, vp, (tile0[u] + t) * BK * dvp, acc, nk, nqr, P0, k0, sc)
+    _tile_out(b, q0, nq, op, tb, sc, acc, mrun, lrun, buf)
 
 
 # ---------------------------------------------------------------- rows path
@@ -516,17 +559,16 @@ def rows_scratch(dk, sk_max):
 
 
 @_jit(parallel=True)
-def attention_rows(q, k, v, mask, bias, out, items, nslopes, units, groups, rows, chunks, parts, rs_q, rs_k,
-                   rs_v, rs_mask, rs_bias, dk, dv, scale, softcap, left, right, has_mask, has_bias, has_alibi,
-                   nthreads, work):
-    """The plan's chunks taken in order by nthreads threads; the thread that completes a group's
-    last chunk merges the group's partial results (parts: (rows x (dv + 2)) values, row r of
+def attention_rows(ops, tabs, scalars, work):
+    """The plan's chunks taken in order by sc.nthreads threads; the thread that completes a group's
+    last chunk merges the group's partial results (op.parts: (rows x (dv + 2)) values, row r of
     chunk c at (c.part + r) * (dv + 2): m, l, acc[dv]); work: a row of rows_scratch(...) a thread."""
-    scale_, cap = _in_dtype(out, scale, softcap)
+    op, tb, sc = Operands(*ops), Tables(*tabs), Scalars(*scalars)
+    chunks, groups = tb.chunks, tb.groups
     counter = np.zeros(1, np.int64)     # the next chunk
     done = np.zeros(groups.shape[0], np.int64)  # each group's chunks done
     nchunks = chunks.shape[0]
-    for p in prange(nthreads):
+    for p in prange(sc.nthreads):
         buf = work[p]
         while True:
             c = _take(counter, 0)
@@ -536,23 +578,20 @@ def attention_rows(q, k, v, mask, bias, out, items, nslopes, units, groups, rows
             # one row (a decoding step): its own small function, whose loops keep their pointers in
             # registers (in _chunk, the multi-row blocks' register pressure spills them)
             if groups[g, GR_NROWS] == 1:
-                _chunk_row(c, q, k, v, mask, bias, items, nslopes, units, groups, rows, chunks, parts, rs_q,
-                           rs_k, rs_v, rs_mask, rs_bias, dk, dv, scale_, cap, left, right, has_mask, has_bias,
-                           has_alibi, buf)
+                _chunk_row(c, op, tb, sc, buf)
             else:
-                _chunk(c, q, k, v, mask, bias, items, nslopes, units, groups, rows, chunks, parts, rs_q, rs_k,
-                       rs_v, rs_mask, rs_bias, dk, dv, scale_, cap, left, right, has_mask, has_bias,
-                       has_alibi, buf)
+                _chunk(c, op, tb, sc, buf)
             if _take(done, g) == groups[g, GR_NCHUNKS] - 1:
-                _merge(g, q, k, v, mask, bias, out, items, nslopes, units, groups, rows, chunks, parts, rs_q,
-                       rs_k, rs_v, rs_mask, rs_bias, dk, dv, scale_, cap, left, right, has_mask, has_bias,
-                       has_alibi, buf)
+                _merge(g, op, tb, sc, buf)
 
 
 @_jit()
-def _chunk(c, q, k, v, mask, bias, items, nslopes, units, groups, rows, chunks, parts, rs_q, rs_k, rs_v,
-           rs_mask, rs_bias, dk, dv, scale, cap, left, right, has_mask, has_bias, has_alibi, buf):
+def _chunk(c, op, tb, sc, buf):
     """The partial results of chunk c: keys j0 .. j1 - 1 of its group's unit, for every row."""
+    q, k, v, mask, bias, parts = op.q, op.k, op.v, op.mask, op.bias, op.parts
+    items, nslopes, units, rows = tb.items, tb.nslopes, tb.units, tb.rows
+    chunks, groups = tb.chunks, tb.groups
+    dk, dv, rs_k = sc.dk, sc.dv, sc.rs_k
     g, j0, j1, part0 = chunks[c, CH_GROUP], chunks[c, CH_J0], chunks[c, CH_J1], chunks[c, CH_PART]
     u, row0, nr = groups[g, GR_UNIT], groups[g, GR_ROW0], groups[g, GR_NROWS]
     o_s, _ = _rows_layout(dk)
@@ -561,9 +600,9 @@ def _chunk(c, q, k, v, mask, bias, items, nslopes, units, groups, rows, chunks, 
     s = buf[o_s:]                 # the block's scores, then weights: row r at r * LDS
     for r in range(nr):
         b, i = rows[row0 + r, RW_ITEM], rows[row0 + r, RW_I]
-        qr = items[b, IT_Q] + i * rs_q
+        qr = items[b, IT_Q] + i * sc.rs_q
         for d in range(dk):
-            qv[r * dkr + d] = q[qr + d] * scale
+            qv[r * dkr + d] = q[qr + d] * sc.scale
         pb = (part0 + r) * (dv + 2)
         parts[pb] = -np.inf
         for x in range(pb + 1, pb + dv + 2):
@@ -574,17 +613,19 @@ def _chunk(c, q, k, v, mask, bias, items, nslopes, units, groups, rows, chunks, 
         _rows_qk(qv, dkr, nr, k, units[u, UN_K] + k0 * rs_k, rs_k, dk, nb, s)
         for r in range(nr):
             b, i = rows[row0 + r, RW_ITEM], rows[row0 + r, RW_I]
-            _row_softmax(s, r * LDS, nb, k0, items[b, IT_POS] + i, parts, (part0 + r) * (dv + 2), dv, cap,
-                         bias, items[b, IT_BIAS] + i * rs_bias + k0, has_bias, nslopes[b], has_alibi, mask,
-                         items[b, IT_MASK] + i * rs_mask + k0, has_mask, left, right)
-        _rows_pv(s, nr, nb, v, units[u, UN_V] + k0 * rs_v, rs_v, dv, parts, part0 * (dv + 2) + 2)
+            at = (items[b, IT_BIAS] + i * sc.rs_bias + k0, items[b, IT_MASK] + i * sc.rs_mask + k0)
+            _row_softmax(s, r * LDS, nb, k0, items[b, IT_POS] + i, parts, (part0 + r) * (dv + 2), sc, bias,
+                         mask, at, nslopes[b])
+        _rows_pv(s, nr, nb, v, units[u, UN_V] + k0 * sc.rs_v, sc.rs_v, dv, parts, part0 * (dv + 2) + 2)
         k0 += nb
 
 
 @_jit()
-def _chunk_row(c, q, k, v, mask, bias, items, nslopes, units, groups, rows, chunks, parts, rs_q, rs_k, rs_v,
-               rs_mask, rs_bias, dk, dv, scale, cap, left, right, has_mask, has_bias, has_alibi, buf):
+def _chunk_row(c, op, tb, sc, buf):
     """_chunk for a group of one row, over the keys of its window only."""
+    q, k, v, mask, bias, parts = op.q, op.k, op.v, op.mask, op.bias, op.parts
+    items, units, rows, chunks, groups = tb.items, tb.units, tb.rows, tb.chunks, tb.groups
+    dk, dv, rs_k, rs_v, left, right = sc.dk, sc.dv, sc.rs_k, sc.rs_v, sc.left, sc.right
     g, j0, j1, pb = chunks[c, CH_GROUP], chunks[c, CH_J0], chunks[c, CH_J1], chunks[c, CH_PART] * (dv + 2)
     u, b, i = groups[g, GR_UNIT], rows[groups[g, GR_ROW0], RW_ITEM], rows[groups[g, GR_ROW0], RW_I]
     o_s, _ = _rows_layout(dk)
@@ -593,13 +634,14 @@ def _chunk_row(c, q, k, v, mask, bias, items, nslopes, units, groups, rows, chun
     dvv = dv - dv % W
     qv = buf[:o_s]
     s = buf[o_s:]
-    qr = items[b, IT_Q] + i * rs_q
+    qr = items[b, IT_Q] + i * sc.rs_q
     for d in range(dk):
-        qv[d] = q[qr + d] * scale
+        qv[d] = q[qr + d] * sc.scale
     parts[pb] = -np.inf
     for x in range(pb + 1, pb + dv + 2):
         parts[x] = 0
     p = items[b, IT_POS] + i
+    nslope = tb.nslopes[b]
     k0 = max(j0, p - left)   # the row's window within the chunk (the other keys would weigh 0)
     kend = min(j1, p + right + 1)
     while k0 < kend:
@@ -617,9 +659,8 @@ def _chunk_row(c, q, k, v, mask, bias, items, nslopes, units, groups, rows, chun
             for d in range(dkv, dk):
                 s0 += qv[d] * k[kb + jt * rs_k + d]
             s[jt] = s0
-        _row_softmax(s, 0, nb, k0, p, parts, pb, dv, cap, bias, items[b, IT_BIAS] + i * rs_bias + k0,
-                     has_bias, nslopes[b], has_alibi, mask, items[b, IT_MASK] + i * rs_mask + k0, has_mask,
-                     left, right)
+        at = (items[b, IT_BIAS] + i * sc.rs_bias + k0, items[b, IT_MASK] + i * sc.rs_mask + k0)
+        _row_softmax(s, 0, nb, k0, p, parts, pb, sc, bias, mask, at, nslope)
         vb = units[u, UN_V] + k0 * rs_v
         cc = 0
         while cc + 4 * W <= dvv:
@@ -712,11 +753,12 @@ def _qk_2x4(qv, q0, dkr, k, kb, rs_k, dk, dkv, s, sb):
 
 
 @_jit(inline="always")
-def _row_softmax(s, sb, nb, k0, p, parts, pb, dv, cap, bias, brow, has_bias, nslope, has_alibi, mask, mrow,
-                 has_mask, left, right):
+def _row_softmax(s, sb, nb, k0, p, parts, pb, sc, bias, mask, at, nslope):
     """One row's step of the online softmax over a block: its scores s[sb : sb + nb] (keys k0 ..,
-    query at position p) through _features, then to weights exp(s - m) in place (zero to
-    whole registers); its partial result at parts[pb] (m, l, acc) updated to the new max."""
+    query at position p) through _features (bias, mask and at as there), then to weights
+    exp(s - m) in place (zero to whole registers); its partial result at parts[pb] (m, l, acc)
+    updated to the new max."""
+    dv, left, right = sc.dv, sc.left, sc.right
     W = vwidth(s)
     npad = (nb + W - 1) // W * W
     if k0 + nb - 1 < p - left or k0 > p + right:  # no key of the block in the row's window
@@ -724,8 +766,7 @@ def _row_softmax(s, sb, nb, k0, p, parts, pb, dv, cap, bias, brow, has_bias, nsl
             s[sb + j] = 0  # weighs nothing in the P V that follows
         return
     windowed = k0 < p - left or k0 + nb - 1 > p + right  # the window's edge is in the block
-    _features(s, sb, nb, npad, k0, p, cap, bias, brow, has_bias, nslope, has_alibi, mask, mrow, has_mask,
-              left, right, windowed)
+    _features(s, sb, nb, npad, k0, p, sc, bias, mask, at, nslope, windowed)
     m = parts[pb]
     mv = vsplat(s, m)  # a NaN score is not the max, but its weight, NaN, spreads
     for j in range(0, npad, W):
@@ -832,10 +873,11 @@ def _pv_4x4(s, sb, nb, v, vb, rs_v, parts, a, lda):
 
 
 @_jit()
-def _merge(g, q, k, v, mask, bias, out, items, nslopes, units, groups, rows, chunks, parts, rs_q, rs_k, rs_v,
-           rs_mask, rs_bias, dk, dv, scale, cap, left, right, has_mask, has_bias, has_alibi, buf):
+def _merge(g, op, tb, sc, buf):
     """Group g's rows from its chunks' partial results (in chunk order, whoever merges); a row whose
     max is below EXACT_BELOW (no visible key, every score near MASKED) takes the exact path."""
+    out, parts, items, rows, chunks, groups = op.out, op.parts, tb.items, tb.rows, tb.chunks, tb.groups
+    dk, dv, scale = sc.dk, sc.dv, sc.scale
     row0, nr, ch0, nch = groups[g, GR_ROW0], groups[g, GR_NROWS], groups[g, GR_CHUNK0], groups[g, GR_NCHUNKS]
     o_row = _rows_layout(dk)[1]  # the exact path's row
     for r in range(nr):
@@ -848,10 +890,9 @@ def _merge(g, q, k, v, mask, bias, out, items, nslopes, units, groups, rows, chu
                 m = mc
         if m < EXACT_BELOW:
             sk = items[b, IT_SK]
-            _exact_row(q, k, v, mask, bias, out, ob, items[b, IT_Q] + i * rs_q, items[b, IT_K],
-                       items[b, IT_V], items[b, IT_MASK] + i * rs_mask, items[b, IT_BIAS] + i * rs_bias, rs_k,
-                       rs_v, items[b, IT_POS] + i, sk, dk, dv, scale, cap, left, right, has_mask, has_bias,
-                       has_alibi, nslopes[b], buf[o_row:o_row + sk])
+            _exact_row(op, sc, ob, items[b, IT_Q] + i * sc.rs_q, items[b, IT_K], items[b, IT_V],
+                       items[b, IT_MASK] + i * sc.rs_mask, items[b, IT_BIAS] + i * sc.rs_bias,
+                       items[b, IT_POS] + i, sk, tb.nslopes[b], buf[o_row:o_row + sk])
             continue
         lsum = scale - scale
         for d in range(dv):

@@ -3,7 +3,6 @@ count from the call's and runs the compiled kernels in softmax.py, layer_norm.py
 the other op modules.
 Attention's entry point reads the call's plan (silkattn._plan), packs K and V, and keeps the
 per-thread workspace between calls."""
-import functools
 import math
 import threading
 from typing import NamedTuple
@@ -11,13 +10,13 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
+from .._step import DENSE
 from . import attention as _attention
-from . import block_layer as _block_layer
 from . import feed_forward as _feed_forward
 from . import layer_norm as _layer_norm
+from . import layer_step as _layer_step
 from . import linear as _linear
 from . import linear_q as _linear_q
-from . import llama_layer as _llama_layer
 from . import rms_norm as _rms_norm
 from . import rope as _rope
 from . import silu_mul as _silu_mul
@@ -63,34 +62,39 @@ def silu_mul(g, go, u, uo, out, oo, n, num_threads):
 
 def attention(plan, num_threads):
     """The kernel contract's attention: one silkattn._plan.Plan, on its "tiles" path (K/V packed
-    once per unit, then the tasks) or its "rows" path (chunks of keys, merged per group)."""
+    once per unit, then the tasks) or its "rows" path (chunks of keys, merged per group), the plan
+    handed over as attention.py's three records (plain tuples in its field order)."""
     nthreads = _use_threads(num_threads)
-    t = _tables(plan)
-    q, k, v, mask, bias = (_read_only(a) for a in (plan.q, plan.k, plan.v, plan.mask, plan.bias))
+    t = plan.derived.get("numba") if plan.derived is not None else None
+    if t is None:
+        t = _tables(plan)
+        if plan.derived is not None:
+            plan.derived["numba"] = t
     dtype = plan.out.dtype
-    dk, dv = plan.dk, plan.dv
-    # the scalars as Python types: one compiled signature per dtype and operand layout
-    scalars = (int(plan.rs_q), int(plan.rs_k), int(plan.rs_v), int(plan.rs_mask), int(plan.rs_bias), dk, dv)
-    features = (float(plan.scale), float(plan.softcap), int(plan.left), int(plan.right), bool(plan.has_mask),
-                bool(plan.has_bias), bool(plan.has_alibi), nthreads)
+    q, k, v, mask, bias = (_read_only(a) for a in (plan.q, plan.k, plan.v, plan.mask, plan.bias))
+    # the scalars as Python types (scale and softcap rounded to the call's dtype): one compiled
+    # signature per dtype and operand layout
+    scalars = (int(plan.rs_q), int(plan.rs_k), int(plan.rs_v), int(plan.rs_mask), int(plan.rs_bias), plan.dk,
+               plan.dv, t.dvp, dtype.type(plan.scale), dtype.type(plan.softcap), int(plan.left),
+               int(plan.right), bool(plan.has_mask), bool(plan.has_bias), bool(plan.has_alibi), nthreads)
+    none = _NONE[dtype.char]
     if plan.path == "rows":
-        parts = _workspace("parts", (plan.parts * (dv + 2),), dtype)
-        work = _workspace("rows", (nthreads, _rows_scratch(dk, plan.sk_max)), dtype)
-        _attention.attention_rows(q, k, v, mask, bias, plan.out, t.items, t.nslopes,
-                                  t.units, t.groups, t.rows, t.chunks, parts, *scalars, *features, work)
+        parts = _workspace("parts", (plan.parts * (plan.dv + 2),), dtype)
+        work = _workspace("rows", (nthreads, t.scratch), dtype)
+        _attention.attention_rows((q, k, v, mask, bias, plan.out, none, none, parts), t.tables, scalars, work)
         return
     if plan.bq > _attention.BQ:
         raise ValueError(f"the plan's tiles have {plan.bq} rows, more than the kernel's {_attention.BQ}")
-    lanes2 = 2 * VBYTES // dtype.itemsize  # the P V micro-kernel works on two registers of d_v
-    dvp = -(-dv // lanes2) * lanes2
-    kp = _workspace("kp", (t.ntiles * dk * _attention.BK,), dtype)
-    vp = _workspace("vp", (t.ntiles * _attention.BK * dvp,), dtype)
+    kp = _workspace("kp", (t.ntiles * plan.dk * _attention.BK,), dtype)
+    vp = _workspace("vp", (t.ntiles * _attention.BK * t.dvp,), dtype)
+    ops = (q, k, v, mask, bias, plan.out, kp, vp, none)
     # with threads, the parallel pack also wakes them for the tiles that follow
-    pack = _attention.pack_kv if nthreads > 1 else _attention.pack_kv_serial
-    pack(k, v, t.units, t.tile0, t.tile_unit, int(plan.rs_k), int(plan.rs_v), dk, dv, dvp, kp, vp)
-    work = _workspace("work", (nthreads, _tile_scratch(dk, dvp, plan.sk_max)), dtype)
-    _attention.attention_tiles(q, k, v, mask, bias, plan.out, kp, vp, t.items,
-                               t.nslopes, t.units, t.tile0, t.tasks, *scalars, dvp, *features, work)
+    (_attention.pack_kv if nthreads > 1 else _attention.pack_kv_serial)(ops, t.tables, scalars)
+    work = _workspace("work", (nthreads, t.scratch), dtype)
+    _attention.attention_tiles(ops, t.tables, scalars, work)
+
+
+_NONE = {c: np.zeros(0, c) for c in "fd"}  # an operand the path does not use
 
 
 def _read_only(a):
@@ -105,63 +109,43 @@ def _read_only(a):
 
 
 class _Tables(NamedTuple):
-    """A plan's tables as the kernels take them: int64 (n, fields) views (columns named in
-    attention.py), the items' ALiBi slopes negated and in the call's dtype (the reference's
-    -slope), and the tiles path's packed K/V tiles (tile0[u]: unit u's first tile; tile_unit[w]:
-    the unit of tile w; ntiles)."""
-    items: np.ndarray
-    nslopes: np.ndarray
-    units: np.ndarray
-    tasks: np.ndarray
-    groups: np.ndarray
-    rows: np.ndarray
-    chunks: np.ndarray
-    tile0: np.ndarray
-    tile_unit: np.ndarray
+    """What attention.py takes of a plan besides its arrays, made once for a kept plan (kept with it,
+    in Plan.derived): its Tables
+    record (a plain tuple in attention.Tables' field order: int64 (n, fields) views of the plan's
+    tables, the items' ALiBi slopes negated in the call's dtype (the reference's -slope), each
+    unit's first packed K/V tile and each tile's unit), the packed tiles' count, d_v padded to the
+    P V micro-kernel's registers, and the elements of one thread's scratch on the plan's path."""
+    tables: tuple
     ntiles: int
+    dvp: int
+    scratch: int
 
 
-_tables_seen = {}  # ids of a plan's arrays -> (the arrays, kept so the ids stay theirs; their _Tables)
-_tables_lock = threading.Lock()
 _EMPTY = np.zeros((0, 1), np.int64)
 
 
 def _tables(plan):
-    """The _Tables of a plan, cached by its arrays' identity: a plan cached by shape (the plain call,
-    silkattn._api._contiguous_plan) brings the same arrays back, so repeated calls cost a look-up."""
-    arrays = (plan.items, plan.units, plan.tasks, plan.groups, plan.rows, plan.chunks)
-    key = (*map(id, arrays), plan.out.dtype.char)
-    hit = _tables_seen.get(key)
-    if hit is not None:
-        return hit[1]
     units = _int_table(plan.units)
     ntiles_u = -(-units[:, _attention.UN_SK] // _attention.BK)
     tile0 = np.ascontiguousarray(np.cumsum(ntiles_u) - ntiles_u, np.int64)
+    tile_unit = np.repeat(np.arange(len(units), dtype=np.int64), ntiles_u)
     nslopes = np.ascontiguousarray(-plan.items["slope"], plan.out.dtype)
-    work = (_EMPTY if a is None else _int_table(a) for a in arrays[2:])  # tasks, groups, rows, chunks
-    tables = _Tables(_int_table(plan.items), nslopes, units, *work, tile0,
-                     np.repeat(np.arange(len(units), dtype=np.int64), ntiles_u), int(ntiles_u.sum()))
-    with _tables_lock:
-        if len(_tables_seen) >= 64:  # the oldest entry out
-            del _tables_seen[next(iter(_tables_seen))]
-        _tables_seen[key] = (arrays, tables)
-    return tables
+    work = tuple(_EMPTY if a is None else _int_table(a)
+                 for a in (plan.tasks, plan.groups, plan.rows, plan.chunks))
+    lanes2 = 2 * VBYTES // plan.out.dtype.itemsize  # the P V micro-kernel works on two registers of d_v
+    dvp = -(-plan.dv // lanes2) * lanes2
+    if plan.path == "rows":
+        scratch = _attention.rows_scratch(plan.dk, plan.sk_max)
+    else:
+        scratch = _attention.tile_scratch(plan.dk, dvp, plan.sk_max)[-1]
+    tables = (_int_table(plan.items), nslopes, units, tile0, tile_unit) + work
+    return _Tables(tables, int(ntiles_u.sum()), dvp, scratch)
 
 
 def _int_table(records):
     """A structured array of 8-byte fields as an int64 (n, fields) array (a view when contiguous)."""
     records = np.ascontiguousarray(records)
     return records.view(np.int64).reshape(len(records), records.dtype.itemsize // 8)
-
-
-@functools.lru_cache(maxsize=64)
-def _tile_scratch(dk, dvp, sk_max):
-    return _attention.tile_scratch(dk, dvp, sk_max)[-1]
-
-
-@functools.lru_cache(maxsize=64)
-def _rows_scratch(dk, sk_max):
-    return _attention.rows_scratch(dk, sk_max)
 
 
 def bias_relu(h, b, num_threads):
@@ -213,86 +197,36 @@ def dequantize(blocks, kind, j0, out, num_threads):
     _linear_q.dequantize_rows(_read_only(blocks), kind, j0, out, nthreads)
 
 
-def llama_layer(x, attn_norm, ffn_norm, wqkv, kqkv, wo, ko, wgu, kgu, wd, kd, q8, K, V, pos, cos, sin, h,
-                eps, qkv, a, hn, gu, scores, num_threads):
-    """The kernel contract's llama_layer (see llama_layer.py): one call of the compiled layer, its
-    operands' shapes checked against each other first (as kernels/llama_layer.pyx checks them: all
-    that keeps the kernel within its arrays). What it only reads goes in read-only, and x, a and hn
-    also as read-only views of themselves (what linear_q_rows reads as its x or bias), so the layer
-    calls linear_q_rows at the signature driver.linear_q compiles: one compiled signature, and
-    linear_q_rows's compiled code shared."""
-    wqkv, wo, wgu, wd = np.asarray(wqkv), np.asarray(wo), np.asarray(wgu), np.asarray(wd)
-    kqkv, ko, kgu, kd, pos, h = int(kqkv), int(ko), int(kgu), int(kd), int(pos), int(h)
-    _check_arrays("llama_layer", ((wqkv, _U8, 2), (wo, _U8, 2), (wgu, _U8, 2), (wd, _U8, 2),
-                                  (attn_norm, _F32, 1), (ffn_norm, _F32, 1), (cos, _F32, 1), (sin, _F32, 1)),
-                  ((x, _F32, 1), (K, _F32, 3), (V, _F32, 3), (qkv, _F32, 1), (a, _F32, 1), (hn, _F32, 1),
-                   (gu, _F32, 1), (scores, _F32, 2)))
-    d = x.shape[0]
-    hkv, cap, dh = K.shape
-    dff = wd.shape[1] // _BYTES[kd] * 32 if 0 <= kd <= 2 else 0
-    if h <= 0 or hkv <= 0 or h % hkv or dh <= 0 or dh % 2 or d <= 0 or dff <= 0:
-        raise ValueError(f"llama_layer: {h} query heads, {hkv} K/V heads of {dh}, d = {d}, d_ff = {dff}")
-    _fits(wqkv, kqkv, (h + 2 * hkv) * dh, d)
-    _fits(wo, ko, d, h * dh)
-    _fits(wgu, kgu, 2 * dff, d)
-    _fits(wd, kd, d, dff)
-    if V.shape != K.shape or not 0 <= pos < cap:
-        raise ValueError(f"llama_layer: K {K.shape}, V {V.shape}, position {pos}")
-    if (attn_norm.shape[0] != d or ffn_norm.shape[0] != d or cos.shape[0] != dh // 2
-            or sin.shape[0] != dh // 2 or qkv.shape[0] < (h + 2 * hkv) * dh or a.shape[0] < h * dh
-            or hn.shape[0] < max(d, dff) or gu.shape[0] < 2 * dff or scores.shape[0] < h
-            or scores.shape[1] < cap):
-        raise ValueError("llama_layer: a norm, the rotary row or a scratch buffer has the wrong size")
+def layer_step(step, x, pos, num_threads):
+    """The kernel contract's layer_step (see layer_step.py): x (d,) in place through the record step
+    (silkattn._step.LayerStep, checked when it was built), handed over as layer_step.py's Step in
+    plain nested tuples, made once and kept with the record. What the kernel only reads goes in
+    read-only (x's read-only view too, what the block products read as their residual)."""
+    t = step.prepared.get("numba")
+    if t is None:
+        t = step.prepared["numba"] = _step_record(step)
     nthreads = _use_threads(num_threads)
+    _layer_step.layer_step(t, x, _read_only(x), int(pos), nthreads)
+
+
+def _step_record(s):
+    """layer_step.Step's fields of a LayerStep, as plain nested tuples (Numba types them fast)."""
     ro = _read_only
-    _llama_layer.llama_layer(x, ro(x), ro(attn_norm), ro(ffn_norm), ro(wqkv), kqkv, ro(wo), ko, ro(wgu),
-                             kgu, ro(wd), kd, bool(q8), K, V, pos, ro(cos), ro(sin), h, float(eps), qkv, a,
-                             ro(a), hn, ro(hn), gu, scores, nthreads)
 
+    def norm(N):
+        return ro(N.g), ro(N.b)
 
+    def product(P):
+        return ro(P.w), ro(P.b), int(P.kind), int(P.k), int(P.n)
 
-def block_layer(x, ln1_g, ln1_b, lnc_g, lnc_b, ln2_g, ln2_b, wqkv, wo, wcq, wco, w1, b1, w2, b2, K, V, pos,
-                Km, Vm, keep, h, post_norm, has_cross, eps, qkv, a, hn, f, scores, num_threads):
-    """The kernel contract's block_layer (see block_layer.py): one call of the compiled block, its
-    operands' shapes checked against each other first (as kernels/layer_step.pyx checks them: all
-    that keeps the kernel within its arrays; without has_cross, wcq, wco, Km, Vm, keep and the
-    lnc norm are only checked for their type, never read). What it only reads goes in read-only,
-    and K and V also as read-only views of themselves (what the attention reads): one compiled
-    signature."""
-    read = [np.asarray(v) for v in (ln1_g, ln1_b, lnc_g, lnc_b, ln2_g, ln2_b, wqkv, wo, wcq, wco, w1, b1, w2,
-                                     b2, Km, Vm, keep)]
-    ln1_g, ln1_b, lnc_g, lnc_b, ln2_g, ln2_b, wqkv, wo, wcq, wco, w1, b1, w2, b2, Km, Vm, keep = read
-    pos, h, post_norm, has_cross = int(pos), int(h), bool(post_norm), bool(has_cross)
-    ndims = (1,) * 6 + (2,) * 5 + (1, 2, 1, 2, 2)  # the norms; wqkv, wo, wcq, wco, w1; b1, w2, b2, Km, Vm
-    _check_arrays("block_layer", tuple((v, _F32, n) for v, n in zip(read[:16], ndims)) + ((keep, _U8, 1),),
-                  ((x, _F32, 1), (K, _F32, 2), (V, _F32, 2), (qkv, _F32, 1), (a, _F32, 1), (hn, _F32, 1),
-                   (f, _F32, 1), (scores, _F32, 2)))
-    d, cap, dff = x.shape[0], K.shape[0], w1.shape[1]
-    nsrc = Km.shape[0] if has_cross else 0
-    if h <= 0 or d <= 0 or d % h or dff <= 0:
-        raise ValueError(f"block_layer: {h} heads do not divide d = {d}, or d_ff = {dff}")
-    dense = [(wqkv, None, d, 3 * d, "wqkv"), (wo, None, d, d, "wo"), (w1, b1, d, dff, "w1"),
-             (w2, b2, dff, d, "w2")]
-    if has_cross:
-        dense += [(wcq, None, d, d, "wcq"), (wco, None, d, d, "wco")]
-    for w, b, k, n, name in dense:
-        if w.shape != (k, n) or (b is not None and b.shape != (n,)):
-            raise ValueError(f"block_layer: {name} has shape {w.shape}, the layer needs ({k}, {n})"
-                             + (f" and a bias of {n}" if b is not None else ""))
-    if has_cross and (nsrc <= 0 or Km.shape != (nsrc, d) or Vm.shape != (nsrc, d) or keep.shape != (nsrc,)
-                      or lnc_g.shape != (d,) or lnc_b.shape != (d,)):
-        raise ValueError(f"block_layer: memory keys {Km.shape}, values {Vm.shape}, mask {keep.shape} or the "
-                         f"cross norm do not fit d = {d}")
-    if K.shape != (cap, d) or V.shape != (cap, d) or not 0 <= pos < cap:
-        raise ValueError(f"block_layer: K {K.shape}, V {V.shape}, position {pos}")
-    if (any(g.shape != (d,) for g in (ln1_g, ln1_b, ln2_g, ln2_b)) or qkv.shape[0] < 3 * d or a.shape[0] < d
-            or hn.shape[0] < max(d, dff) or f.shape[0] < dff or scores.shape[0] < h
-            or scores.shape[1] < max(cap, nsrc)):
-        raise ValueError("block_layer: a norm or a scratch buffer has the wrong size")
-    nthreads = _use_threads(num_threads)
-    ro = _read_only
-    _block_layer.block_layer(x, *map(ro, read[:14]), K, V, ro(K), ro(V), pos, ro(Km), ro(Vm), ro(keep), h,
-                             post_norm, has_cross, float(eps), qkv, a, hn, f, scores, nthreads)
+    S = s.scratch
+    K, V = s.K.reshape(-1), s.V.reshape(-1)
+    parts_n = max([P.n for P in s.products if P.kind == DENSE] + [0])
+    return (s.d, s.h, s.h_kv, s.dh, float(s.eps), s.post_norm, s.swiglu, s.q8, s.has_cross, norm(s.norm1),
+            product(s.qkv), product(s.o), norm(s.norm2), product(s.up), product(s.down), norm(s.norm_cross),
+            product(s.cross_q), product(s.cross_o), (K, V, ro(K), ro(V), s.head_stride, s.row_stride),
+            (ro(s.Km.reshape(-1)), ro(s.Vm.reshape(-1)), ro(s.keep), len(s.Km)), ro(s.cos), ro(s.sin),
+            (S.qkv, S.a, ro(S.a), S.hn, ro(S.hn), S.f, ro(S.f), S.scores), parts_n)
 
 
 _F32, _U8 = np.dtype(np.float32), np.dtype(np.uint8)
@@ -311,12 +245,6 @@ def _check_arrays(op, read, written):
     for v, _, _ in written:
         if not v.flags.writeable:
             raise ValueError(f"{op}: an operand it writes is read-only")
-
-
-def _fits(w, kind, n, k):
-    """ValueError unless blocks w of kind stand for a (k, n) matrix."""
-    if not 0 <= kind <= 2 or k <= 0 or k % 32 or w.shape[0] != n or w.shape[1] != k // 32 * _BYTES[kind]:
-        raise ValueError(f"llama_layer: blocks {w.shape} of kind {kind} do not stand for a ({k}, {n}) matrix")
 
 
 _local = threading.local()

@@ -5,21 +5,24 @@ import numba
 import numpy as np
 from numba import prange
 
+from ._jit import jit
 from ._simd import CACHE, FASTMATH, hsum, vadd, vfma, vload, vmul, vsplat, vstore, vsub, vwidth
 
 
-@numba.njit(inline="always", fastmath=FASTMATH)
-def layer_norm_row(xf, base, g, b, inv_n, e, buf, of, obase, W, nv, nt, zero):
-    """of[obase:obase + n] = layer_norm of xf[base:base + n] (layer_norm_rows' docstring: the shift,
-    the two passes, the tail through buf, whose mask and tails of g and b the caller has set); of
-    may be xf at the same base (each x read before it is written)."""
+@jit(inline="always", fastmath=FASTMATH)
+def layer_norm_row(xf, base, g, b, inv_n, e, buf, of, obase):
+    """of[obase:obase + n] = layer_norm of xf[base:base + n], n = len(g) (layer_norm_rows' docstring:
+    the shift, the two passes, the tail through buf, whose mask and tails of g and b the caller has
+    set); of may be xf at the same base (each x read before it is written)."""
+    n = g.shape[0]
+    W = vwidth(xf)
+    nv = n - n % W
+    nt = n - nv
+    zero = vsplat(xf, 0)
     x0 = xf[base]
     v0 = vsplat(xf, x0)
     # pass 1: sum of y = x - x0, four partial sums
-    s0 = zero
-    s1 = zero
-    s2 = zero
-    s3 = zero
+    s0 = s1 = s2 = s3 = zero
     j = 0
     while j + 4 * W <= nv:
         s0 = vadd(s0, vsub(vload(xf, base + j), v0))
@@ -37,14 +40,8 @@ def layer_norm_row(xf, base, g, b, inv_n, e, buf, of, obase, W, nv, nt, zero):
     delta = hsum(vadd(vadd(s0, s1), vadd(s2, s3))) * inv_n
     vd = vsplat(xf, delta)
     # pass 2: sums of d = y - delta and of d * d (two partial sums of each)
-    sd0 = zero
-    sd1 = zero
-    sq0 = zero
-    sq1 = zero
-    sd2 = zero
-    sd3 = zero
-    sq2 = zero
-    sq3 = zero
+    sd0 = sd1 = sd2 = sd3 = zero
+    sq0 = sq1 = sq2 = sq3 = zero
     j = 0
     while j + 4 * W <= nv:
         d = vsub(vsub(vload(xf, base + j), v0), vd)
@@ -89,7 +86,7 @@ def layer_norm_row(xf, base, g, b, inv_n, e, buf, of, obase, W, nv, nt, zero):
             of[obase + nv + k] = buf[k]
 
 
-@numba.njit(parallel=True, nogil=True, cache=CACHE, fastmath=FASTMATH)
+@jit(cache=CACHE, parallel=True, fastmath=FASTMATH)
 def layer_norm_rows(x, g, b, eps, out, nthreads):
     """out = g * (x - mean) / sqrt(var + eps) + b per row, population variance, in two passes over
     the row, never a one-pass sum of squares (that loses the variance of rows with a large mean).
@@ -123,6 +120,5 @@ def layer_norm_rows(x, g, b, eps, out, nthreads):
             buf[W + j] = 1
             buf[2 * W + j] = g[nv + j]
             buf[3 * W + j] = b[nv + j]
-        zero = vsplat(x, 0)
         for i in range(p * rows // nthreads, (p + 1) * rows // nthreads):
-            layer_norm_row(xf, i * n, g, b, inv_n, e, buf, of, i * n, W, nv, nt, zero)
+            layer_norm_row(xf, i * n, g, b, inv_n, e, buf, of, i * n)

@@ -16,6 +16,7 @@ import numba
 import numpy as np
 from numba import prange
 
+from ._jit import jit
 from ._simd import (
     CACHE,
     FASTMATH,
@@ -45,7 +46,7 @@ J = 4  # rows of W in flight: J (or 2 J) chains of FMAs hide each other's latenc
 TABLE = VBYTES == 64  # 16 float32 lanes: 4-bit q looked up in a register (_block)
 
 
-@numba.njit(inline="always")
+@jit(inline="always")
 def _scales(kind, x, bf, ldw, nb, xs, m, sc, j0, j1):
     """For the rows j0 + u < j1 of W (u < ROWS): sc[i ROWS + u] = d and sc[(nb + i) ROWS + u] = c of
     their block i, and sc[2 nb ROWS + r ROWS + u] = sum_i c xs[r nb + i], their offsets for row r
@@ -75,7 +76,7 @@ def _scales(kind, x, bf, ldw, nb, xs, m, sc, j0, j1):
 # rather than inline="always": Numba copies such a function's IR at each of its call sites (those of
 # its own inlined calls included), and nested inline helpers made the kernel's first compilation
 # take from 8 to 50 s instead of 5.
-@numba.njit(nogil=True, cache=CACHE, fastmath=FASTMATH)
+@jit(cache=CACHE, fastmath=FASTMATH)
 def _block(kind, x, xf, xo, bf, q, d, a):
     """a + d (x[xo : xo + 32] . q), lane-wise, for one block of W (its q at byte q of bf), the q
     converted in registers. Q8_0, or 8 lanes: bytes widened to int32 lanes (sign-extended for Q8_0;
@@ -98,7 +99,7 @@ def _block(kind, x, xf, xo, bf, q, d, a):
     return vfma(d, t, a)
 
 
-@numba.njit(inline="always")
+@jit(inline="always")
 def _rows4(kind, x, xf, xo, bf, q, p, d, a):
     """_block for J = 4 rows of W, block at byte q of each (rows at bytes p[u] of bf, scales d[u],
     accumulators a[u]), and one row of x (from xo of xf)."""
@@ -108,7 +109,7 @@ def _rows4(kind, x, xf, xo, bf, q, p, d, a):
             _block(kind, x, xf, xo, bf, p[3] + q, d[3], a[3]))
 
 
-@numba.njit(nogil=True, cache=CACHE, fastmath=FASTMATH)
+@jit(cache=CACHE, fastmath=FASTMATH)
 def _scales4(bf, p, ahead, sc, s):
     """The scales of 4 rows' block (sc[s : s + 4], each in a whole register), and bf's bytes
     p[u] + ahead (the same block of the next task's rows) prefetched. A plain function: see _block."""
@@ -124,13 +125,15 @@ def _task_of(kind):
     closure: Numba prunes the other types' branches of the helpers (and caches each copy apart).
     Called from prange's body, not inlined there (Numba's inlining and parallel passes over three
     copies in one body: most of a minute to compile)."""
-    @numba.njit(nogil=True, cache=CACHE, fastmath=FASTMATH)
-    def task(x, xf, m, k, xs, bf, ldw, nb, sc, j0, j1, b, has_bias, of, n):
-        """of[r, j] = x[r] . W_j (+ b[j]) for the rows j0 <= j < j1 of W and every row r of x: their
+    @jit(cache=CACHE, fastmath=FASTMATH)
+    def task(x, xf, xs, bf, sc, b, has_bias, of, dims, j0, j1):
+        """of[r, j] = x[r] . W_j (+ b[j]) for the rows j0 <= j < j1 of W and every row r of x (dims:
+        x's rows m and k, W's bytes a row ldw, blocks a row nb and rows n): their
         scales converted once (_scales), then J rows of W a pass for the rows of x in pairs (an
         odd m's last one alone), the pair sharing each block's conversion (the same loads and
         conversions, merged by LLVM). Rows of W past j1 - 1 repeat it (their results are not
         written)."""
+        m, k, ldw, nb, n = dims
         _scales(kind, x, bf, ldw, nb, xs, m, sc, j0, j1)
         size = BLOCK_BYTES[kind]
         head = 4 if kind == Q4_1 else 2
@@ -177,7 +180,7 @@ def _task_of(kind):
 _task_q8_0, _task_q4_0, _task_q4_1 = (_task_of(kind) for kind in (Q8_0, Q4_0, Q4_1))
 
 
-@numba.njit(parallel=True, nogil=True, cache=CACHE, fastmath=FASTMATH)
+@jit(cache=CACHE, parallel=True, fastmath=FASTMATH)
 def linear_q_rows(x, blocks, kind, b, has_bias, out, nthreads):
     """out[r, j] = x[r] . W_j (+ b[j]), W_j = dequantize(blocks[j], kind): x (m, k) with k a multiple
     of 32, blocks (n, k / 32 * block bytes) uint8, out (m, n); C-contiguous. Per block i of W_j, of
@@ -205,12 +208,13 @@ def linear_q_rows(x, blocks, kind, b, has_bias, out, nthreads):
         sc = sc_all[numba.get_thread_id()]
         j0 = task * ROWS
         j1 = min(n, j0 + ROWS)
+        dims = (m, k, ldw, nb, n)
         if kind == Q8_0:
-            _task_q8_0(x, xf, m, k, xs, bf, ldw, nb, sc, j0, j1, b, has_bias, of, n)
+            _task_q8_0(x, xf, xs, bf, sc, b, has_bias, of, dims, j0, j1)
         elif kind == Q4_0:
-            _task_q4_0(x, xf, m, k, xs, bf, ldw, nb, sc, j0, j1, b, has_bias, of, n)
+            _task_q4_0(x, xf, xs, bf, sc, b, has_bias, of, dims, j0, j1)
         else:
-            _task_q4_1(x, xf, m, k, xs, bf, ldw, nb, sc, j0, j1, b, has_bias, of, n)
+            _task_q4_1(x, xf, xs, bf, sc, b, has_bias, of, dims, j0, j1)
 
 
 # ---- int8 activations (QuantizedMatrix.activations "int8"): x rounded to 8 bits a block
@@ -220,7 +224,7 @@ def linear_q_rows(x, blocks, kind, b, has_bias, out, nthreads):
 # float32 are the same products to float32's rounding (the q d_x are exact in float32).
 
 # No fastmath: the rounding must be the reference's float32 operations, and the NaN test must stay.
-@numba.njit(nogil=True, cache=CACHE)
+@jit(cache=CACHE)
 def _round_q8(xf, m, k, of):
     """of = round_q8(x) for the m rows of x (flat xf, k a multiple of 32): per block, a = max |x|,
     q = rint(x (127 / a)) and d = a / 127 in float32, of = q d (reference.round_q8's operations); a
@@ -248,7 +252,7 @@ def _round_q8(xf, m, k, of):
                 of[o + t] = np.rint(xf[o + t] * inv) * d
 
 
-@numba.njit(nogil=True, cache=CACHE)
+@jit(cache=CACHE)
 def linear_q8_rows(x, blocks, kind, b, has_bias, out, nthreads):
     """out[r, j] = round_q8(x[r]) . W_j (+ b[j]): linear_q_rows on x rounded to 8 bits a block of 32
     (silkattn.reference.round_q8), operands as linear_q_rows's."""
@@ -260,7 +264,7 @@ def linear_q8_rows(x, blocks, kind, b, has_bias, out, nthreads):
 
 # No fastmath here nor in dequantize_rows: not even 'contract', so that Q4_1's d q + m rounds twice
 # as the reference's does (one FMA would round it once: not its bits).
-@numba.njit(nogil=True, cache=CACHE)
+@jit(cache=CACHE)
 def _dequantize_row(kind, out, bf, row, nb, of, o, buf):
     """of[o : o + 32 nb] = the weights of the nb blocks from byte row of bf. A register of blocks'
     float16 scales converted at a time (vload_halves, as _scales) into buf, then each block's q
@@ -294,7 +298,7 @@ def _dequantize_row(kind, out, bf, row, nb, of, o, buf):
                     vstore(of, at + v, vadd(vmul(vd, w), vm))
 
 
-@numba.njit(parallel=True, nogil=True, cache=CACHE)
+@jit(cache=CACHE, parallel=True)
 def dequantize_rows(blocks, kind, j0, out, nthreads):
     """out[r] = dequantize(blocks[j0 + r], kind) (silkattn.reference.dequantize, bit for bit): blocks
     (n, k / 32 * block bytes) uint8, out (rows, k) float32, C-contiguous. One block of rows a
