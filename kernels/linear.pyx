@@ -1,4 +1,5 @@
-"""y = x W (+ b) for a few rows of x: the matrix-vector products of a decoding step."""
+"""y = x W (+ b) for a few rows of x: the matrix-vector products of a decoding step; and x W for
+many rows through the BLAS's sgemm, a panel of columns a thread of one team (gemm)."""
 from cython cimport floating
 from cython.parallel cimport prange
 from libc.stdint cimport int64_t
@@ -80,3 +81,37 @@ def linear(const floating[:, ::1] x, const floating[:, ::1] w, const floating[::
             for r in range(m):
                 for j in range(n):
                     out[r, j] += b[j]
+
+
+cdef extern from "gemm.h" nogil:
+    void sa_sgemm(size_t fn, int ilp64, int transb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                  const float *b, int64_t ldb, float *c, int64_t ldc)
+
+# The fewest columns a thread's panel of a GEMM gets; panels start on 16 columns (64 bytes).
+GEMM_PANEL = 64
+
+
+def gemm(const float[:, ::1] x, const float[:, ::1] w, float[:, ::1] out, bint transposed, size_t sgemm,
+         bint ilp64, int num_threads):
+    """out = x w (w: (k, n)) or x w^T (transposed; w: (n, k)) for many rows of x (m, k): one team of
+    threads, each one call of the BLAS's sgemm (the CBLAS function at address sgemm, 64-bit integers
+    if ilp64; its own threads held at one by the caller, silkattn._blas) on its panel of out's
+    columns. A panel's columns come out as the whole product's would: the BLAS splits the work over
+    rows and columns, never over k."""
+    cdef Py_ssize_t m = x.shape[0], k = x.shape[1], n = out.shape[1], t, j0, j1
+    if out.shape[0] != m or (w.shape[0], w.shape[1]) != ((n, k) if transposed else (k, n)):
+        raise ValueError(f"gemm: x ({m}, {k}), w ({w.shape[0]}, {w.shape[1]}), out ({out.shape[0]}, {n}) "
+                         f"do not fit{' (transposed)' if transposed else ''}")
+    cdef Py_ssize_t T = max(1, min(num_threads, n // GEMM_PANEL))
+    cdef Py_ssize_t share = ((n + T - 1) // T + 15) // 16 * 16
+    if m == 0 or n == 0:
+        return
+    with nogil:
+        for t in prange(T, num_threads=T, schedule="static"):
+            j0 = t * share
+            j1 = min(n, j0 + share)
+            if j0 < j1:
+                if transposed:
+                    sa_sgemm(sgemm, ilp64, 1, m, j1 - j0, k, &x[0, 0], k, &w[j0, 0], k, &out[0, j0], n)
+                else:
+                    sa_sgemm(sgemm, ilp64, 0, m, j1 - j0, k, &x[0, 0], k, &w[0, j0], n, &out[0, j0], n)

@@ -1,6 +1,6 @@
 """y = x W (+ b) for W held as GGUF blocks (silkattn.quant.QuantizedMatrix), a few rows of x: a
 decoding step's projections, reading the file's 5 or 8.5 bits a weight."""
-from cython.parallel cimport prange
+from cython.parallel cimport parallel, prange
 from libc.stdint cimport int8_t, int64_t, uint8_t
 from libc.stdlib cimport free
 from libc.string cimport memset
@@ -97,3 +97,49 @@ def dequantize(const uint8_t[:, ::1] blocks, int kind, Py_ssize_t j0, float[:, :
                         schedule="static"):
             sa_dequantize_rows_f32(ISA, kind, &blocks[0, 0], ldw, k, j0 + t * DEQUANTIZE_ROWS,
                                    min(DEQUANTIZE_ROWS, rows - t * DEQUANTIZE_ROWS), &out[t * DEQUANTIZE_ROWS, 0])
+
+
+cdef extern from "gemm.h" nogil:
+    void sa_sgemm(size_t fn, int ilp64, int transb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                  const float *b, int64_t ldb, float *c, int64_t ldc)
+
+# Bytes of W's rows a thread dequantizes at a time for a GEMM: the panel and x stay in L2 and the
+# GEMM is long enough to run at full rate.
+GEMM_PANEL_BYTES = 1 << 20
+
+
+def gemm_q(const float[:, ::1] x, const uint8_t[:, ::1] blocks, int kind, float[:, ::1] out, size_t sgemm,
+           bint ilp64, int num_threads):
+    """out = x W for W = dequantize(blocks, KINDS[kind])^T and many rows of x (a prefill), never W
+    whole in float32: one team of threads, each its share of W's rows (out's columns), a panel of
+    GEMM_PANEL_BYTES at a time dequantized into its own buffer and multiplied by the BLAS's sgemm
+    (as gemm in linear.pyx: the function at address sgemm, its own threads held at one) into out's
+    columns. The same numbers as numpy's matmul of x and the dequantized W."""
+    cdef Py_ssize_t m = x.shape[0], k = x.shape[1], n = blocks.shape[0], ldw = blocks.shape[1], t, j, end, rows
+    if not 0 <= kind < len(KINDS) or k <= 0 or k % 32 or ldw != k // 32 * SA_QBYTES(kind) \
+            or out.shape[0] != m or out.shape[1] != n:
+        raise ValueError(f"gemm_q: kind {kind}, blocks ({n}, {ldw}), x ({m}, {k}) and out ({out.shape[0]}, "
+                         f"{out.shape[1]}) do not fit")
+    cdef Py_ssize_t T = max(1, min(num_threads, n // 64))
+    cdef Py_ssize_t share = ((n + T - 1) // T + 15) // 16 * 16
+    cdef Py_ssize_t panel = max(16, GEMM_PANEL_BYTES // (4 * k) // 16 * 16)
+    cdef float *buf
+    cdef int failed = 0
+    if m == 0 or n == 0:
+        return
+    with nogil, parallel(num_threads=T):
+        buf = <float *>sa_alloc(panel * k * sizeof(float))
+        for t in prange(T, schedule="static"):
+            if buf == NULL:
+                failed += 1
+                continue
+            j = t * share
+            end = min(n, j + share)
+            while j < end:
+                rows = min(panel, end - j)
+                sa_dequantize_rows_f32(ISA, kind, &blocks[0, 0], ldw, k, j, rows, buf)
+                sa_sgemm(sgemm, ilp64, 1, m, rows, k, &x[0, 0], k, buf, k, &out[0, j], n)
+                j = j + rows
+        free(buf)
+    if failed:
+        raise MemoryError(f"gemm_q could not allocate {panel * k * 4} bytes of panel per thread")

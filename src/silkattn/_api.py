@@ -230,8 +230,14 @@ def linear(kernels, X, W, b=None, *, out=None):
     few = 0 < rows <= LINEAR_ROWS and n and (W.flags.c_contiguous or transposed)
     kernel = kernels.linear if few else None
     if kernel is None:
-        with _blas.threads():
-            np.matmul(X, W, out=out)
+        if _team_gemm(kernels.gemm, dtype, rows, k, n) and (W.flags.c_contiguous or transposed):
+            x, w = _rows(X.astype(dtype, copy=False)), (W.T if transposed else W).astype(dtype, copy=False)
+            with _blas.threads(1):  # the team's sgemm calls, each on one thread
+                kernels.gemm(x, w, out.reshape(-1, n), transposed, *_blas.sgemm(),
+                             threads_for(rows * k * n, GEMM_WORK))
+        else:
+            with _blas.threads():
+                np.matmul(X, W, out=out)
         if b is not None:
             out += b
         return out
@@ -242,6 +248,19 @@ def linear(kernels, X, W, b=None, *, out=None):
 
 
 _NO_BIAS = {dtype: np.zeros(1, dtype) for dtype in FLOATS}
+GEMM_WORK = 1 << 21  # multiply-adds a thread of a GEMM gets at the least
+_INT32 = (1 << 31) - 1
+
+
+def _team_gemm(kernel, dtype, rows, k, n):
+    """Whether a (rows, k) x (k, n) GEMM runs on silkattn's own team (Kernels.gemm, gemm_q: one sgemm
+    call a thread through numpy's OpenBLAS, silkattn._blas) rather than numpy's matmul on the BLAS's
+    threads: float32, more rows than the matrix-vector kernel takes, the BLAS's sgemm found (and
+    the sizes within its integers)."""
+    if kernel is None or dtype != np.float32 or rows <= LINEAR_ROWS or not n:
+        return False
+    sgemm = _blas.sgemm()
+    return sgemm is not None and (sgemm.ilp64 or max(rows, k, n) <= _INT32)
 
 
 def linear_q(kernels, X, W, b, out):
@@ -269,6 +288,13 @@ def linear_q(kernels, X, W, b, out):
     X = X.astype(dtype, copy=False)
     if W.q8 and X.size:
         X = ref.round_q8(X)  # what the kernels' integer products see
+    if _team_gemm(kernels.gemm_q, dtype, rows, k, n):
+        with _blas.threads(1):  # the team's sgemm calls, each on one thread
+            kernels.gemm_q(_rows(X), W.blocks, W.code, out.reshape(-1, n), *_blas.sgemm(),
+                           threads_for(rows * k * n, GEMM_WORK))
+        if b is not None:
+            out += b
+        return out
     if kernels.dequantize is not None and dtype == np.float32 and rows > LINEAR_ROWS and n:
         return _linear_q_panels(kernels, X, W, b, out)
     with _blas.threads():
@@ -282,8 +308,9 @@ PANEL_BYTES = 1 << 22  # W's rows dequantized at a time: within L3, and GEMMs bi
 
 
 def _linear_q_panels(kernels, X, W, b, out):
-    """X W for many rows of X (a prefill) without W in float32: its rows (the outputs) dequantized
-    a panel at a time into one buffer, each panel one BLAS GEMM into its columns of out."""
+    """X W for many rows of X (a prefill) without W in float32, where the backend has no gemm_q:
+    its rows (the outputs) dequantized a panel at a time into one buffer, each panel one BLAS GEMM
+    (numpy's matmul, on the BLAS's threads) into its columns of out."""
     k, n = W.shape
     X2, out2 = X.reshape(-1, k), out.reshape(-1, n)
     step = min(n, max(16, PANEL_BYTES // (4 * k) // 16 * 16))

@@ -43,6 +43,8 @@ class Kernels:
     rope: Kernel = None             # rotary positions over strided rows, from _api's cos/sin tables
     silu_mul: Kernel = None         # silu(g) u over strided rows (the SwiGLU gate)
     dequantize: Kernel = None       # rows of GGUF blocks to float32 (a prefill's panels of W)
+    gemm: Kernel = None             # x W for many rows on silkattn's team: a BLAS sgemm a thread (_blas)
+    gemm_q: Kernel = None           # the same with W as GGUF blocks, dequantized a panel a thread
     layer_step: Kernel = None       # one decoder layer for one token from its record (silkattn._step)
     isa: str = "numpy"              # the instruction set the kernels run with
     openmp: bool = True             # False: built without OpenMP, single-threaded

@@ -12,10 +12,17 @@ The BLAS is found among the libraries the process has loaded: OpenBLAS (numpy's 
 scipy_openblas_set_num_threads64_; a system one: openblas_set_num_threads), MKL
 (MKL_Set_Num_Threads) or BLIS (bli_thread_set_num_threads). With none of them (Accelerate, a BLAS
 without such a call) threads() changes nothing (controls() is then empty).
+
+Better than two pools taking turns on the cores (OpenBLAS's threads for the GEMMs, silkattn's
+OpenMP team for the rest, each spinning while the other works): where numpy's BLAS is OpenBLAS,
+the backends that have a GEMM kernel (Kernels.gemm, gemm_q) run the GEMMs on silkattn's own team,
+each thread calling the library's sgemm (sgemm()) on its panel of the output, the library's
+threads held at one. One team then runs the whole forward pass.
 """
 import contextlib
 import ctypes
 import threading
+from typing import NamedTuple
 
 from . import _threads
 
@@ -60,6 +67,54 @@ def _find():
     return found
 
 
+# The CBLAS sgemm of numpy's OpenBLAS, for the GEMMs silkattn's own team of threads runs a panel a
+# thread (kernels/gemm.h): (the symbol, whether its integers are 64-bit), in the order tried.
+SGEMMS = (("scipy_cblas_sgemm64_", True), ("cblas_sgemm64_", True), ("scipy_cblas_sgemm", None),
+          ("cblas_sgemm", None))
+
+
+class Sgemm(NamedTuple):
+    address: int   # the function's address
+    ilp64: bool    # its integers are 64-bit
+
+
+def _find_sgemm():
+    """The first OpenBLAS's Sgemm, or None. A symbol without the 64 suffix is 64-bit when the
+    library says USE64BITINT in its openblas_get_config."""
+    for path in _loaded_libraries():
+        if "openblas" not in path.rsplit("/", 1)[-1].lower():
+            continue
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        config = next((getattr(lib, g) for g in ("scipy_openblas_get_config64_", "scipy_openblas_get_config",
+                                                   "openblas_get_config64_", "openblas_get_config")
+                       if hasattr(lib, g)), None)
+        if config is None:
+            continue
+        config.restype = ctypes.c_char_p
+        wide = b"USE64BITINT" in (config() or b"")
+        for name, ilp64 in SGEMMS:
+            if hasattr(lib, name):
+                return Sgemm(ctypes.cast(getattr(lib, name), ctypes.c_void_p).value,
+                             wide if ilp64 is None else ilp64)
+    return None
+
+
+_sgemm = False  # not looked up yet
+
+
+def sgemm():
+    """numpy's OpenBLAS sgemm (Sgemm), or None where numpy uses another BLAS (the GEMMs then go
+    through numpy's matmul on the BLAS's own threads, held at silkattn's count)."""
+    global _sgemm
+    if _sgemm is False:
+        import numpy  # noqa: F401  (its BLAS is loaded with it)
+        _sgemm = _find_sgemm()
+    return _sgemm
+
+
 _controls = None
 _lock = threading.Lock()
 _users = 0    # silkattn calls inside threads() now
@@ -76,14 +131,15 @@ def controls():
 
 
 @contextlib.contextmanager
-def threads():
-    """The block's BLAS calls run on silkattn.get_num_threads() threads (see the module doc)."""
+def threads(n=None):
+    """The block's BLAS calls run on n threads, by default silkattn.get_num_threads() (see the
+    module doc); n=1 for the sgemm calls silkattn's own team makes."""
     global _users, _saved
     found = controls()
     if not found:
         yield
         return
-    n = _threads.get_num_threads()
+    n = _threads.get_num_threads() if n is None else n
     with _lock:
         if _users == 0:
             _saved = [get() for _, get in found]

@@ -72,8 +72,12 @@ def threads_for(work, min_per_thread):
 
 
 def set_num_threads(n):
-    """Set how many threads silkattn's kernels use (all backends); returns the previous value."""
+    """Set how many threads every silkattn call runs on, on every backend: its kernels' OpenMP or
+    Numba team, and numpy's BLAS for the GEMMs inside silkattn's calls (silkattn._blas; numpy's own
+    setting is left as it was for the user's code outside them); returns the previous value."""
     global _num_threads
+    if isinstance(n, bool):
+        raise TypeError("n must be an int (a number of threads), got bool")
     n = operator.index(n)
     if n < 1:
         raise ValueError(f"n must be a positive number of threads, got {n}")
@@ -82,7 +86,7 @@ def set_num_threads(n):
 
 
 def get_num_threads():
-    """The number of threads silkattn's kernels use."""
+    """The number of threads silkattn's calls run on (set_num_threads)."""
     return _num_threads
 
 
