@@ -7,7 +7,7 @@ in its window (windows of --window tokens, end to end; a window's first token is
 The text is the Python documentation that ships with the interpreter (pydoc_data.topics: the
 same bytes for every user of one Python version), tokenized once by silkattn; every contender
 scores those ids, each in its own process:
-  silkattn-step      one token at a time through the decoding step (one llama_layer call a layer:
+  silkattn-step      one token at a time through the decoding step (one ops.layer_step a layer:
                      the file's blocks, float32 activations), as generation runs
   silkattn-prefill   Llama.forward over each window (each matrix dequantized a panel at a time
                      into a float32 GEMM)

@@ -1,4 +1,4 @@
-/* The GGUF block types the linear_q and llama_layer kernels read (silkattn.quant). */
+/* The GGUF block types the linear_q and layer_step kernels read (silkattn.quant). */
 #ifndef SA_QUANT_BLOCKS_H
 #define SA_QUANT_BLOCKS_H
 #include <stdint.h>

@@ -168,8 +168,8 @@ def test_patch_runs_a_numpy_llama_on_the_kernels(files, on_backend):
 
 @pytest.mark.parametrize("kind", ["Q8_0", "Q4_0", "Q4_1", "gqa-q4"])
 def test_fused_decode_step_matches_the_reference_and_the_ops(files, kind, on_backend, threads):
-    """A decoding step as one kernel call per layer (where the backend has Kernels.llama_layer):
-    its logits are the reference's at every position, and the cache it writes is the ops' cache."""
+    """A decoding step as one ops.layer_step per layer (one Kernels.layer_step call where the backend
+    has it): its logits are the reference's at every position, and the cache it writes is the ops'."""
     model = llama.load(files[kind])
     assert all(L.quantized for L in model.layers)
     P64, ids = params64(model.params), [1, 70, 80, 90, 100, 3, 250, 7, 9, 40, 41, 42, 5]

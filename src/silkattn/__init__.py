@@ -13,6 +13,7 @@ set_backend(name), `with use_backend(name):` or SILKATTN_BACKEND.
 """
 from . import _openblas, models, ops, reference  # noqa: F401  (_openblas: numpy's idle BLAS threads sleep)
 from ._backends import backends, get_backend, set_backend, use_backend
+from ._cache import clear as clear_cache
 from ._patch import patch, patched, unpatch
 from ._threads import get_num_threads, set_num_threads
 from .models import (
@@ -53,4 +54,4 @@ __all__ = ["reference", "ops", "models", "backends", "get_backend", "set_backend
            "linear", "bias_relu", "add_layer_norm", "multi_head", "feed_forward", "block", "transformer",
            "DecoderConfig", "positional_encoding", "causal_mask", "init_params", "Seq2SeqConfig",
            "encoder_block", "decoder_block", "encode", "decode", "generate", "init_seq2seq_params",
-           "QuantizedMatrix"]
+           "QuantizedMatrix", "clear_cache"]

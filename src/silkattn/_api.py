@@ -30,31 +30,21 @@ result array they may write. The kernel contract (the same for every backend):
                                                          reference.round_q8(x) (W.activations "int8")
     dequantize(blocks, kind, j0, out, num_threads)      out (rows, k) float32 = reference.dequantize of
                                                          blocks[j0 : j0 + rows] (blocks as linear_q's)
-    llama_layer(x, attn_norm, ffn_norm, wqkv, kqkv, wo, ko, wgu, kgu, wd, kd, q8, K, V, pos, cos, sin,
-                h, eps, qkv, a, hn, gu, scores, num_threads)
-                                                         one token through one Llama layer, in place on
-                                                         the residual x (d,) float32; the w* are blocks
-                                                         (n, bytes) of kind k*, as linear_q's (q8 too); K, V:
-                                                         (h_kv, capacity, d_head) the layer's cache, this
-                                                         token's K and V written at row pos; cos, sin
-                                                         (d_head / 2,) its rotary row; h query heads;
-                                                         scratch (float32, C-contiguous): qkv ((h + 2 h_kv)
-                                                         d_head,), a (h d_head,), hn (max(d, d_ff),),
-                                                         gu (2 d_ff,), scores (h, capacity). See
-                                                         models.llama.Llama._run for the arithmetic.
-    block_layer(x, ln1_g, ln1_b, lnc_g, lnc_b, ln2_g, ln2_b, wqkv, wo, wcq, wco, w1, b1, w2, b2, K, V, pos,
-                Km, Vm, keep, h, post_norm, has_cross, eps, qkv, a, hn, f, scores, num_threads)
-                                                         one token through one of the listing's decoder
-                                                         blocks, float32, in place on x (d,): sublayers
-                                                         x += f(layer_norm(x)), or x = layer_norm(x + f(x))
-                                                         if post_norm: self-attention (wqkv (d, 3 d): Q|K|V,
-                                                         wo (d, d); K, V (capacity, d) the cache, heads side
-                                                         by side, this token's written at row pos), if
-                                                         has_cross cross-attention (wcq, wco (d, d) over Km,
-                                                         Vm (n_src, d), keep (n_src,) uint8 0 at padding),
-                                                         then relu(. w1 + b1) w2 + b2; scratch qkv (3 d,),
-                                                         a (d,), hn (max(d, d_ff),), f (d_ff,), scores
-                                                         (h, max(capacity, n_src))
+    gemm(x, w, out, transposed, sgemm, ilp64, num_threads)
+                                                         out = x w for many rows of x (w (k, n), or (n, k)
+                                                         if transposed), float32: each thread one call of
+                                                         the BLAS's sgemm (address sgemm, silkattn._blas;
+                                                         the library held at one thread) on its panel of
+                                                         out's columns
+    gemm_q(x, blocks, kind, out, sgemm, ilp64, num_threads)
+                                                         the same for W as blocks (linear_q's), a panel of
+                                                         W's rows dequantized a thread at a time first
+    layer_step(step, x, pos, num_threads)                one token through one decoder layer, in place on
+                                                         its residual row x (d,) float32 at position pos
+                                                         < step.capacity: step is a silkattn._step.LayerStep
+                                                         (built and checked by layer_step_record: the
+                                                         kernel trusts its fields), this token's K and V
+                                                         written at row pos of its cache
     bias_relu(h, b, num_threads)                         h: (rows, n) C-contiguous, in place; b: (n,)
     bias_gelu(h, b, num_threads)                         the same, h = gelu(h + b)
     add_layer_norm(x, r, g, b, eps, s, out, num_threads) s = x + r, out = layer_norm(s); all (rows, n)

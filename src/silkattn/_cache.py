@@ -61,7 +61,8 @@ def get(key, make):
 
 
 def clear():
-    """Forget every entry (their memory goes once nothing else holds it)."""
+    """Forget everything silkattn keeps for the call shapes it has seen (plans, schedules, rotary
+    tables, row offsets): their memory goes once nothing else holds it."""
     global _bytes
     with _lock:
         _entries.clear()

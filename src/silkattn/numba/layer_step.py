@@ -114,7 +114,7 @@ def _rms_norm(x, g, eps, out):
 
 
 # No fastmath: not even 'contract' (as rope_rows): x c - y s rounds each product as NumPy does. LLVM
-# may inline it into llama_layer: the flags are the instructions' own, so none is contracted there.
+# may inline it into layer_step: the flags are the instructions' own, so none is contracted there.
 @jit(cache=CACHE)
 def _rope(qkv, heads, dh, cos, sin):
     """The rotary embedding in place on the first `heads` heads (dh long) of qkv: (x_i, x_(i+h)) ->
