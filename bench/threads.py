@@ -109,15 +109,17 @@ def main():
         rounds = {label: [] for label, _ in sides}
         for _ in range(args.rounds):  # a round: each side at 1 then 2 threads, close together in time
             for label, pkgs in sides:
-                rounds[label].append([run(dict(case=case, threads=n, repeats=args.repeats, rev=pkgs is not None,
-                                               pkgs=pkgs, warmup=args.warmup)) for n in (1, 2)])
+                spec = dict(case=case, repeats=args.repeats, rev=pkgs is not None, pkgs=pkgs,
+                            warmup=args.warmup)
+                rounds[label].append([run(dict(spec, threads=n)) for n in (1, 2)])
         for label, _ in sides:
             one = [r[0]["wall"] for r in rounds[label]]
             two = [r[1]["wall"] for r in rounds[label]]
             load = [r[n]["cpu"] / r[n]["wall"] for r in rounds[label] for n in (0, 1)]
             ups = [a / b for a, b in zip(one, two)]
             print(f"{case:22s} {label:16s} 1 thread {statistics.median(one) * 1e3:8.1f} ms "
-                  f"(cpu/wall {statistics.median(load[0::2]):.2f})  2 threads {statistics.median(two) * 1e3:8.1f} ms "
+                  f"(cpu/wall {statistics.median(load[0::2]):.2f})  "
+                  f"2 threads {statistics.median(two) * 1e3:8.1f} ms "
                   f"(cpu/wall {statistics.median(load[1::2]):.2f})  speed-up {statistics.median(ups):.2f} "
                   f"({min(ups):.2f}-{max(ups):.2f} over {len(ups)} rounds)", flush=True)
 
