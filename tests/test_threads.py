@@ -66,45 +66,50 @@ def test_set_num_threads_refuses_what_is_not_a_count():
             silkattn.set_num_threads(bad)
 
 
-def _team():
-    try:
-        import silkattn.cython as cy
-    except ImportError:
-        return None
-    return cy if cy.KERNELS.gemm is not None and _blas.sgemm() is not None else None
+def _team_backends():
+    """The backend modules with the team GEMMs (cython, numba), where numpy's BLAS is OpenBLAS."""
+    found = []
+    for name in ("cython", "numba"):
+        try:
+            module = __import__(f"silkattn.{name}", fromlist=["KERNELS"])
+        except ImportError:
+            continue
+        if module.KERNELS.gemm is not None and _blas.sgemm() is not None:
+            found.append(module)
+    return found
 
 
-cy = _team()
-team = pytest.mark.skipif(cy is None, reason="needs the cython backend and numpy's OpenBLAS sgemm")
+TEAM = _team_backends()
+team = pytest.mark.parametrize("be", TEAM, ids=[m.__name__.rsplit(".", 1)[-1] for m in TEAM])
 
 
 @team
 @pytest.mark.parametrize("m, k, n", [(9, 64, 64), (40, 200, 1000), (300, 576, 960), (17, 33, 7),
                                      (256, 96, 130)])
 @pytest.mark.parametrize("order", ["C", "F"])
-def test_the_team_gemm_is_numpys_matmul_to_the_bit(threads, rng, m, k, n, order):
+def test_the_team_gemm_is_numpys_matmul_to_the_bit(be, threads, rng, m, k, n, order):
     X = rng.standard_normal((m, k)).astype(np.float32)
     W = rng.standard_normal((k, n)).astype(np.float32)
     W = np.asfortranarray(W) if order == "F" else W
-    assert np.array_equal(cy.linear(X, W), X @ W)
+    assert np.array_equal(be.linear(X, W), X @ W)
 
 
 @team
 @pytest.mark.parametrize("kind", ["Q8_0", "Q4_0", "Q4_1"])
 @pytest.mark.parametrize("m, k, n", [(9, 64, 64), (256, 576, 960), (40, 1536, 300)])
-def test_the_team_gemm_of_blocks_is_the_dequantized_product_to_the_bit(threads, rng, kind, m, k, n):
+def test_the_team_gemm_of_blocks_is_the_dequantized_product_to_the_bit(be, threads, rng, kind, m, k, n):
     size = {"Q8_0": 34, "Q4_0": 18, "Q4_1": 20}[kind]
     blocks = rng.integers(0, 256, (n, k // 32, size), dtype=np.uint8)
     blocks[:, :, :2 if kind != "Q4_1" else 4] = np.frombuffer(np.float16(0.01).tobytes() * 2, np.uint8)[
         :2 if kind != "Q4_1" else 4]
     W = QuantizedMatrix(kind, blocks.reshape(n, -1))
     X = rng.standard_normal((m, k)).astype(np.float32)
-    assert np.array_equal(cy.linear(X, W), X @ W.dequantize())
+    assert np.array_equal(be.linear(X, W), X @ W.dequantize())
 
 
 @team
-def test_the_team_gemm_kernels_check_their_shapes(rng):
-    K = cy.KERNELS
+def test_the_team_gemm_kernels_check_their_shapes(be):
+    K = be.KERNELS
     x, w = np.ones((16, 32), np.float32), np.ones((32, 64), np.float32)
     address, ilp64 = _blas.sgemm()
     with pytest.raises(ValueError, match="gemm"):

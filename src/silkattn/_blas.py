@@ -15,7 +15,7 @@ without such a call) threads() changes nothing (controls() is then empty).
 
 Better than two pools taking turns on the cores (OpenBLAS's threads for the GEMMs, silkattn's
 OpenMP team for the rest, each spinning while the other works): where numpy's BLAS is OpenBLAS,
-the backends that have a GEMM kernel (Kernels.gemm, gemm_q) run the GEMMs on silkattn's own team,
+both backends' GEMM kernels (Kernels.gemm, gemm_q) run the GEMMs on silkattn's own team,
 each thread calling the library's sgemm (sgemm()) on its panel of the output, the library's
 threads held at one. One team then runs the whole forward pass.
 """

@@ -34,7 +34,8 @@ KERNELS = Kernels("numba", softmax=driver.softmax, layer_norm=driver.layer_norm,
                   attention_tiles=TileGeometry(BQ, BQ, R), linear=driver.linear, linear_q=driver.linear_q,
                   bias_relu=driver.bias_relu, bias_gelu=driver.bias_gelu, rms_norm=driver.rms_norm,
                   add_rms_norm=driver.add_rms_norm,
-                  rope=driver.rope, silu_mul=driver.silu_mul, dequantize=driver.dequantize,
+                  rope=driver.rope, silu_mul=driver.silu_mul, dequantize=driver.dequantize, gemm=driver.gemm,
+                  gemm_q=driver.gemm_q,
                   layer_step=driver.layer_step,
                   isa=f"{_simd.VBYTES * 8}-bit (llvm)")
 

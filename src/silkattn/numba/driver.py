@@ -181,6 +181,35 @@ def linear_q(x, blocks, kind, b, out, has_bias, q8, num_threads):
          nthreads)
 
 
+def gemm(x, w, out, transposed, sgemm, ilp64, num_threads):
+    """The kernel contract's gemm (see linear.py): x w (or x w^T) for many rows, a BLAS sgemm call a
+    thread of the team. The operands are checked here (as kernels/linear.pyx checks them): all that
+    keeps the BLAS within them."""
+    _check_arrays("gemm", ((x, _F32, 2), (w, _F32, 2)), ((out, _F32, 2),))
+    (m, k), n = x.shape, out.shape[1]
+    if out.shape[0] != m or w.shape != ((n, k) if transposed else (k, n)):
+        raise ValueError(f"gemm: x {x.shape}, w {w.shape}, out {out.shape} do not fit"
+                         + (" (transposed)" if transposed else ""))
+    if m and n:
+        _linear.gemm(_read_only(x), _read_only(w), out, bool(transposed), int(sgemm), bool(ilp64),
+                     _use_threads(num_threads))
+
+
+def gemm_q(x, blocks, kind, out, sgemm, ilp64, num_threads):
+    """The kernel contract's gemm_q (see linear_q.py): x W for W as blocks and many rows, each thread
+    dequantizing and multiplying its own panels; its operands checked here (as linear_q.pyx does)."""
+    blocks, kind = np.asarray(blocks), int(kind)
+    _check_arrays("gemm_q", ((x, _F32, 2), (blocks, _U8, 2)), ((out, _F32, 2),))
+    (m, k), (n, ldw) = x.shape, blocks.shape
+    if not 0 <= kind < len(_BYTES) or k <= 0 or k % 32 or ldw != k // 32 * _BYTES[kind] \
+            or out.shape != (m, n):
+        raise ValueError(f"gemm_q: kind {kind}, blocks {blocks.shape}, x {x.shape} and out {out.shape} "
+                         "do not fit")
+    if m and n:
+        _linear_q.gemm_q(_read_only(x), _read_only(blocks), kind, out, int(sgemm), bool(ilp64),
+                         _use_threads(num_threads))
+
+
 def dequantize(blocks, kind, j0, out, num_threads):
     """The kernel contract's dequantize: out = reference.dequantize(blocks[j0 : j0 + len(out)]), the
     blocks read-only (a memory map as the plain array it is): one compiled signature. Its operands

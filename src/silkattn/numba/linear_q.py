@@ -38,6 +38,7 @@ from ._simd import (
     vtable_q4,
     vwidth,
 )
+from .linear import _sgemm, _share
 
 Q8_0, Q4_0, Q4_1 = 0, 1, 2  # the block types by their code (silkattn.quant.KINDS)
 BLOCK_BYTES = (34, 18, 20)  # by the code
@@ -313,3 +314,33 @@ def dequantize_rows(blocks, kind, j0, out, nthreads):
         buf = buf_all[p]
         for r in range(p * rows // nthreads, (p + 1) * rows // nthreads):
             _dequantize_row(kind, out, bf, (j0 + r) * ldw, nb, of, r * k, buf)
+
+
+GEMM_PANEL_BYTES = 1 << 20  # W's rows a thread dequantizes at a time for a GEMM (kernels/linear_q.pyx's)
+
+
+@jit(cache=CACHE, parallel=True)
+def gemm_q(x, blocks, kind, out, sgemm, ilp64, nthreads):
+    """out = x W for W = dequantize(blocks, kind)^T and many rows of x (m, k), never W whole in
+    float32: each thread its share of W's rows (out's columns), a panel of GEMM_PANEL_BYTES at a time
+    dequantized into its own buffer (dequantize_rows's arithmetic) and multiplied by the BLAS's
+    sgemm (linear.gemm's) into out's columns: kernels/linear_q.pyx's gemm_q, the same numbers."""
+    m, k = x.shape
+    n, ldw = blocks.shape
+    nb = k // 32
+    T, share = _share(n, nthreads)
+    panel = max(16, GEMM_PANEL_BYTES // (4 * k) // 16 * 16)
+    bf = blocks.reshape(-1)
+    bufs = np.empty((T, panel * k), out.dtype)
+    scales = np.empty((T, 2 * vwidth(out)), out.dtype)
+    xa, oa = np.int64(x.ctypes.data), np.int64(out.ctypes.data)
+    for t in prange(T):
+        buf = bufs[t]
+        j = t * share
+        end = min(n, j + share)
+        while j < end:
+            rows = min(panel, end - j)
+            for r in range(rows):
+                _dequantize_row(kind, out, bf, (j + r) * ldw, nb, buf, r * k, scales[t])
+            _sgemm(sgemm, ilp64, True, (m, rows, k, k, k, n), xa, np.int64(buf.ctypes.data), oa + j * 4)
+            j += rows
