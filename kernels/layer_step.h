@@ -95,16 +95,19 @@ static inline void sa_layer_product(int isa, const sa_layer *L, const sa_matrix 
             SA_PICK(sa_linear_q_xsum_f32, isa)(in, k, 1, xs);
         }
     }
+    /* the row kernels add one vector to their outputs: the residual r, or else W's bias (a block
+     * product with both is refused when the record is built) */
+    const float *add = r ? r : W->b;
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-    for (int64_t t = 0; t < tasks; t++) {  /* blocks take no bias beyond r (the Llama family has none) */
+    for (int64_t t = 0; t < tasks; t++) {
         const int64_t j0 = t * SA_LAYER_ROWS, j1 = j0 + SA_LAYER_ROWS < n ? j0 + SA_LAYER_ROWS : n;
         if (L->q8)
             SA_PICK_Q8(sa_linear_q8_rows_f32, isa)(W->kind, L->xq, L->xd, xs, k, 1, (const uint8_t *)W->w, ldw, n,
-                                                   r, j0, j1, y, n);
+                                                   add, j0, j1, y, n);
         else
-            SA_PICK(sa_linear_q_rows_f32, isa)(W->kind, in, k, 1, (const uint8_t *)W->w, ldw, n, xs, r, j0, j1,
+            SA_PICK(sa_linear_q_rows_f32, isa)(W->kind, in, k, 1, (const uint8_t *)W->w, ldw, n, xs, add, j0, j1,
                                                y, n);
     }
 }

@@ -1043,9 +1043,11 @@ def layer_step_record(*, heads, norm1, qkv, o, norm2, up, down, cache, eps, kv_h
         cos, sin, _ = rope_tables(check.positive(rope_base, "rope_base"), dh // 2, _F32, np.arange(capacity))
     memory = _step_cross(cross, h, h_kv, dh, d)
     products = (qkv, o, up, down) + ((memory[1], memory[2]) if cross is not None else ())
-    if any(W.b.size for W in (o, down) if W.kind != _step_mod.DENSE):
-        raise ValueError("o and down add the residual as GGUF block products: a bias of theirs is not "
-                         "supported")
+    if any(W.b.size for W in (o, down, memory[2]) if W.kind != _step_mod.DENSE):
+        raise ValueError("o, down and cross's o add the residual: as GGUF block products they take no bias "
+                         "of their own")
+    if activation == "swiglu" and n_up % 2:
+        raise ValueError(f"up must have an even number of outputs for swiglu (gate | up), got {n_up}")
     norms = (norm1, norm2) + ((memory[0],) if cross is not None else ())
     eps = (check.positive if all(not N.b.size for N in norms) else check.nonnegative)(eps, "eps")
     n_src = len(memory[3])

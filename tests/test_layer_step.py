@@ -1,0 +1,97 @@
+"""ops.layer_step, one decoder layer's decoding step from its record (ops.layer_step_record), on
+every backend against the same step as separate ops on the NumPy reference backend: the listing's
+block (LayerNorm, pre- and post-norm, ReLU with biases, cross-attention over a padded memory), and
+the Llama family's (RMSNorm, rotary, grouped-query heads, SwiGLU, GGUF blocks with float32 or int8
+activations, biases on the block products that take them), several positions of one cache."""
+import numpy as np
+import pytest
+
+import silkattn
+from silkattn._testing import TOL, TOL_Q8, assert_close
+from silkattn.quant import QuantizedMatrix
+
+
+def dense(rng, k, n):
+    return (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
+
+
+def blocks(rng, kind, k, n, activations):
+    """A QuantizedMatrix (k, n) of random blocks whose weights have a standard deviation of about
+    1 / sqrt(k) (Q8_0's q are about 74 in size, the 4-bit ones' about 4.6)."""
+    size = {"Q8_0": 34, "Q4_0": 18, "Q4_1": 20}[kind]
+    b = rng.integers(0, 256, (n, k // 32, size), dtype=np.uint8)
+    scale = np.frombuffer(np.float16(1 / np.sqrt(k) / (74 if kind == "Q8_0" else 4.6)).tobytes(), np.uint8)
+    b[:, :, 0:2] = scale
+    if kind == "Q4_1":
+        b[:, :, 2:4] = np.frombuffer(np.float16(-0.02).tobytes(), np.uint8)
+    return QuantizedMatrix(kind, b.reshape(n, -1), activations)
+
+
+def listing_block(rng, d=64, h=4, d_ff=96, cross=False, post_norm=False):
+    g = (1 + 0.1 * rng.standard_normal(d)).astype(np.float32)
+    b = (0.1 * rng.standard_normal(d)).astype(np.float32)
+    record = dict(heads=h, norm1=(g, b), qkv=dense(rng, d, 3 * d), o=dense(rng, d, d), norm2=(g, b),
+                  up=(dense(rng, d, d_ff), 0.1 * rng.standard_normal(d_ff).astype(np.float32)),
+                  down=(dense(rng, d_ff, d), 0.1 * rng.standard_normal(d).astype(np.float32)), eps=1e-5,
+                  post_norm=post_norm)
+    if cross:
+        memory = tuple(rng.standard_normal((7, d)).astype(np.float32) for _ in range(2))
+        record["cross"] = dict(norm=(g, b), q=dense(rng, d, d), o=dense(rng, d, d), memory=memory,
+                               keep=np.arange(7) < 5)
+    return record, (8, d), d
+
+
+def llama_layer(rng, kind, activations, d=64, h=4, h_kv=2, d_ff=96, biases=False):
+    dh = d // h
+    g = (1 + 0.1 * rng.standard_normal(d)).astype(np.float32)
+    qkv = blocks(rng, kind, d, (h + 2 * h_kv) * dh, activations)
+    up = blocks(rng, kind, d, 2 * d_ff, activations)
+    if biases:  # Qwen2's Q/K/V biases, and one on up: the products that do not add the residual
+        qkv = (qkv, 0.1 * rng.standard_normal((h + 2 * h_kv) * dh).astype(np.float32))
+        up = (up, 0.1 * rng.standard_normal(2 * d_ff).astype(np.float32))
+    record = dict(heads=h, kv_heads=h_kv, norm1=g, qkv=qkv, o=blocks(rng, kind, h * dh, d, activations),
+                  norm2=g, up=up, down=blocks(rng, kind, d_ff, d, activations), eps=1e-6, activation="swiglu",
+                  rope_base=10000.0)
+    return record, (h_kv, 8, dh), d
+
+
+CASES = {
+    "listing pre-norm": lambda rng: listing_block(rng),
+    "listing post-norm cross": lambda rng: listing_block(rng, cross=True, post_norm=True),
+    "listing pre-norm cross": lambda rng: listing_block(rng, cross=True),
+    "llama Q8_0": lambda rng: llama_layer(rng, "Q8_0", "float32"),
+    "llama Q4_1 int8": lambda rng: llama_layer(rng, "Q4_1", "int8"),
+    "llama Q4_0 biases": lambda rng: llama_layer(rng, "Q4_0", "float32", biases=True),
+    "llama Q8_0 int8 biases": lambda rng: llama_layer(rng, "Q8_0", "int8", biases=True),
+}
+
+
+def steps(record, cache_shape, positions, x0):
+    """The rows after each position's step and the cache, on the current backend."""
+    K, V = np.zeros(cache_shape, np.float32), np.zeros(cache_shape, np.float32)
+    step = silkattn.ops.layer_step_record(cache=(K, V), **record)
+    x, rows = x0.copy(), []
+    for pos in positions:
+        rows.append(silkattn.ops.layer_step(step, x, pos).copy())
+    return np.array(rows), K.copy(), V.copy()
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_layer_step_is_the_same_step_as_ops(on_backend, threads, rng, case):
+    record, shape, d = CASES[case](rng)
+    x0 = rng.standard_normal(d).astype(np.float32)
+    got = steps(record, shape, range(6), x0)
+    with silkattn.use_backend("numpy"):
+        expected = steps(record, shape, range(6), x0)
+    # int8 activations: the kernels' integer products against round_q8 and a float product
+    table = TOL_Q8 if "int8" in case else TOL
+    for a, b in zip(got, expected):
+        assert_close(a, b.astype(np.float64), np.float32, table)
+
+
+def test_a_block_product_with_a_bias_and_the_residual_is_refused(rng):
+    record, shape, _ = llama_layer(rng, "Q8_0", "float32")
+    record["o"] = (record["o"], np.zeros(64, np.float32))
+    K = np.zeros(shape, np.float32)
+    with pytest.raises(ValueError, match="residual"):
+        silkattn.ops.layer_step_record(cache=(K, K.copy()), **record)
