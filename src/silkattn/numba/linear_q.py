@@ -316,20 +316,20 @@ def dequantize_rows(blocks, kind, j0, out, nthreads):
             _dequantize_row(kind, out, bf, (j0 + r) * ldw, nb, of, r * k, buf)
 
 
-GEMM_PANEL_BYTES = 1 << 20  # W's rows a thread dequantizes at a time for a GEMM (kernels/linear_q.pyx's)
+GEMM_PANEL_BYTES = 1 << 22  # W's rows the threads dequantize at a time for a GEMM (kernels/linear_q.pyx's)
 
 
 @jit(cache=CACHE, parallel=True)
 def gemm_q(x, blocks, kind, out, sgemm, ilp64, nthreads):
     """out = x W for W = dequantize(blocks, kind)^T and many rows of x (m, k), never W whole in
-    float32: each thread its share of W's rows (out's columns), a panel of GEMM_PANEL_BYTES at a time
-    dequantized into its own buffer (dequantize_rows's arithmetic) and multiplied by the BLAS's
-    sgemm (linear.gemm's) into out's columns: kernels/linear_q.pyx's gemm_q, the same numbers."""
+    float32: each thread its share of W's rows (out's columns), a panel of GEMM_PANEL_BYTES / threads
+    at a time dequantized into its own buffer (dequantize_rows's arithmetic) and multiplied by the
+    BLAS's sgemm (linear.gemm's) into out's columns: kernels/linear_q.pyx's gemm_q, the same numbers."""
     m, k = x.shape
     n, ldw = blocks.shape
     nb = k // 32
     T, share = _share(n, nthreads)
-    panel = max(16, GEMM_PANEL_BYTES // (4 * k) // 16 * 16)
+    panel = max(16, GEMM_PANEL_BYTES // T // (4 * k) // 16 * 16)
     bf = blocks.reshape(-1)
     bufs = np.empty((T, panel * k), out.dtype)
     scales = np.empty((T, 2 * vwidth(out)), out.dtype)
