@@ -364,3 +364,82 @@ def test_truncated_and_foreign_files(tmp_path, files):
         llama.load(path)
     with pytest.raises(FileNotFoundError, match="no GGUF file"):
         llama.load(str(tmp_path / "absent.gguf"))
+
+
+def _llama_cpp_rope(X, positions, base, factors):  # X: (n_head, seq, d_head) rows in the file's order
+    """llama.cpp's rope on the file's (interleaved) rows: the pair (x_2i, x_2i+1) turned by
+    p base^(-2i/d) / factors_i; written apart from silkattn's half-split tables."""
+    d = X.shape[-1]
+    theta = np.outer(positions, base ** (-np.arange(0, d, 2) / d) / factors)  # (seq, d / 2)
+    c, s = np.cos(theta), np.sin(theta)
+    even, odd = X[..., 0::2], X[..., 1::2]
+    out = np.empty_like(X)
+    out[..., 0::2], out[..., 1::2] = even * c - odd * s, odd * c + even * s
+    return out
+
+
+def _file_order_llama(t, ids, h, h_kv, n_layers, base, factors, eps=1e-5):
+    """Logits of the tensors as the file holds them (Q, K rows interleaved), in float64."""
+    t = {k: v.astype(np.float64) for k, v in t.items()}
+    X, pos = t["token_embd.weight"][ids], np.arange(len(ids))
+    for i in range(n_layers):
+        def w(name):
+            return t[f"blk.{i}.{name}.weight"]
+        H = ref.rms_norm(X, w("attn_norm"), eps)
+        q, k, v = (np.swapaxes((H @ w(name).T).reshape(len(ids), n, -1), 0, 1)
+                   for name, n in (("attn_q", h), ("attn_k", h_kv), ("attn_v", h_kv)))
+        q, k = _llama_cpp_rope(q, pos, base, factors), _llama_cpp_rope(k, pos, base, factors)
+        A = ref.attention(q, np.repeat(k, h // h_kv, 0), np.repeat(v, h // h_kv, 0), causal=True)
+        X = X + np.swapaxes(A, 0, 1).reshape(X.shape) @ w("attn_output").T
+        H = ref.rms_norm(X, w("ffn_norm"), eps)
+        X = X + (ref.silu(H @ w("ffn_gate").T) * (H @ w("ffn_up").T)) @ w("ffn_down").T
+    return ref.rms_norm(X, t["output_norm.weight"], eps) @ t["token_embd.weight"].T
+
+
+@pytest.mark.parametrize("kind", ["F32", "Q8_0"])
+def test_llama3_rope_freqs_as_llama_cpp_applies_them(tmp_path, kind, on_backend):
+    """A Llama 3.1-style file (a rope_freqs.weight tensor of per-frequency divisors): the prefill and
+    the fused decoding steps against llama.cpp's arithmetic on the file's own rows; without the
+    factors the logits differ by more than the tolerance (the test can tell)."""
+    path, h, h_kv, n_layers, base = str(tmp_path / "llama3.gguf"), 4, 2, 2, 500000.0
+    factors = np.array([1, 1, 1, 1, 2, 4, 8, 8], np.float32)  # d_head 16: 8 frequencies
+    t = llama_files.weights(h=h, h_kv=h_kv, n_layers=n_layers)
+    written = llama_files.write(path, kind, tensors=dict(t, **{"rope_freqs.weight": factors}), rope_base=base)
+    model = llama.load(path)
+    assert model.config.rope_freqs == tuple(factors.tolist())
+    P = model.params  # the file's matrices as the model holds them (Q8_0: dequantized)
+    stored = dict(written)
+    for i, p in enumerate(P["layers"]):  # the file's rows again, for the independent oracle
+        Wq, Wk, Wv, Wo = p["attn"]
+        stored.update({f"blk.{i}.attn_q.weight": llama_files.permute(Wq.T, h),
+                       f"blk.{i}.attn_k.weight": llama_files.permute(Wk.T, h_kv),
+                       f"blk.{i}.attn_v.weight": Wv.T, f"blk.{i}.attn_output.weight": Wo.T,
+                       f"blk.{i}.ffn_gate.weight": p["ffn"][0].T, f"blk.{i}.ffn_up.weight": p["ffn"][1].T,
+                       f"blk.{i}.ffn_down.weight": p["ffn"][2].T})
+    stored["token_embd.weight"] = P["emb"]
+    ids = [1, 70, 80, 90, 100, 3, 250, 7, 9, 40, 41, 42, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]
+    expected = _file_order_llama(stored, ids, h, h_kv, n_layers, base, factors.astype(np.float64),
+                                 model.config.eps)  # the file's float32 1e-5
+    logits = model.forward(ids)
+    assert_matches(logits, expected, np.float32)
+    assert_matches(ref.llama(ids, params64(P)), expected, np.float64)
+    plain = _file_order_llama(stored, ids, h, h_kv, n_layers, base, np.ones(8), model.config.eps)
+    assert np.abs(plain - expected).max() > 100 * np.abs(logits - expected).max()  # the factors matter
+    if model._fused:  # a quantized file: decoding steps through the records, tables with the factors
+        cache = model.cache(len(ids))
+        model._run(np.array(ids[:3]), cache, 0)
+        for p in range(3, len(ids)):
+            assert_matches(model._run(np.array(ids[p:p + 1]), cache, p)[-1], expected[p], np.float32)
+
+
+def test_rope_freqs_of_a_wrong_shape_or_value_and_unused_tensors_are_refused(tmp_path):
+    t, path = llama_files.weights(), str(tmp_path / "bad.gguf")
+    llama_files.write(path, "F32", tensors=dict(t, **{"rope_freqs.weight": np.ones(5, np.float32)}))
+    with pytest.raises(ValueError, match=r"rope_freqs.weight has shape \(5,\)"):
+        llama.load(path)
+    llama_files.write(path, "F32", tensors=dict(t, **{"rope_freqs.weight": -np.ones(8, np.float32)}))
+    with pytest.raises(ValueError, match="rope_freqs.weight holds values that are not positive"):
+        llama.load(path)
+    llama_files.write(path, "F32", tensors=dict(t, **{"blk.0.attn_q_norm.weight": np.ones(16, np.float32)}))
+    with pytest.raises(ValueError, match="blk.0.attn_q_norm.weight of the file is not part of the llama"):
+        llama.load(path)

@@ -128,3 +128,32 @@ def test_rope_nan_and_inf_propagate_like_the_reference(any_backend):
     X[0, 1, 2], X[1, 2, 5], X[1, 0, 0] = np.nan, np.inf, -np.inf
     for dtype in DTYPES:
         check(any_backend.rope(X.astype(dtype), [0, 1, 2]), X.astype(dtype), [0, 1, 2])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rope_freq_factors_match_the_reference(any_backend, threads, rng, dtype):
+    """Llama 3's per-frequency divisors: the reference's answer to the bit, tables of their own
+    beside those without factors (the same base and width), and not the same answer as no factors."""
+    X = (rng.standard_normal((3, 20, 16)) * 3).astype(dtype)
+    positions, factors = rng.integers(0, 4096, 20), np.array([1, 1, 1.5, 2, 4, 8, 8, 32.0])
+    np.testing.assert_array_equal(any_backend.rope(X, positions, 500000.0, factors),
+                                  ref.rope(X, positions, 500000.0, factors))
+    np.testing.assert_array_equal(any_backend.rope(X, positions, 500000.0), ref.rope(X, positions, 500000.0))
+    assert not np.array_equal(ref.rope(X, positions, 500000.0, factors), ref.rope(X, positions, 500000.0))
+    ones = any_backend.rope(X, positions, 500000.0, np.ones(8, np.float32))
+    np.testing.assert_array_equal(ones, ref.rope(X, positions, 500000.0))
+
+
+@pytest.mark.parametrize("factors, error, match", [
+    (np.ones(7), ValueError, r"freq_factors must have shape \(8,\)"),
+    (np.ones((1, 8)), ValueError, r"freq_factors must have shape \(8,\)"),
+    (np.r_[np.ones(7), 0.0], ValueError, "freq_factors must be positive and finite"),
+    (np.r_[np.ones(7), np.nan], ValueError, "freq_factors must be positive and finite"),
+    (np.r_[np.ones(7), -np.inf], ValueError, "freq_factors must be positive and finite"),
+    ("11111111", TypeError, "freq_factors must be None or an array"),
+    (2.0, TypeError, "freq_factors must be None or an array"),
+    (np.ones(8, complex), TypeError, "freq_factors must be real numbers"),
+])
+def test_rope_bad_freq_factors(any_backend, factors, error, match):
+    with pytest.raises(error, match=match):
+        any_backend.rope(np.ones((2, 3, 16), np.float32), [0, 1, 2], 10000.0, factors)

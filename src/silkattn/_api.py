@@ -847,8 +847,8 @@ def add_rms_norm(kernels, X, R, g, eps=1e-5):
 
 # ---------------------------------------------------------------- rope
 
-def prepare_rope(X, positions, base, out):
-    """Checked (X, positions, base, out); out may be X itself."""
+def prepare_rope(X, positions, base, out, freq_factors=None):
+    """Checked (X, positions, base, out, freq_factors); out may be X itself."""
     X = as_float_array(X, "X")
     if X.ndim < 2:
         raise ValueError(f"X must have at least 2 dimensions (..., seq, d_head), got shape {X.shape}")
@@ -857,44 +857,50 @@ def prepare_rope(X, positions, base, out):
                          f"got {X.shape[-1]}")
     positions = check.positions(positions, X.shape[-2])
     base = check.positive(base, "base")
-    return X, positions, base, check_out_elementwise(out, X.shape, X.dtype, [X])
+    factors = check.freq_factors(freq_factors, X.shape[-1] // 2)
+    return X, positions, base, check_out_elementwise(out, X.shape, X.dtype, [X]), factors
 
 
 ROPE_TABLE_BYTES = 1 << 26  # the largest cos + sin pair kept; positions past it get tables of their own
 
 
-def _rope_cos_sin(positions, base, half, dtype):
-    """cos and sin of the reference's angles, positions * base^(-i / half) in float64, in the dtype."""
-    angle = np.asarray(positions, np.float64)[:, None] * float(base) ** (-np.arange(half) / half)
+def _rope_cos_sin(positions, base, half, dtype, factors=None):
+    """cos and sin of the reference's angles, positions * base^(-i / half) / factors in float64, in
+    the dtype."""
+    inv_freq = float(base) ** (-np.arange(half) / half)
+    if factors is not None:
+        inv_freq = inv_freq / factors
+    angle = np.asarray(positions, np.float64)[:, None] * inv_freq
     cos, sin = np.cos(angle).astype(dtype), np.sin(angle).astype(dtype)
     cos.flags.writeable = sin.flags.writeable = False
     return cos, sin
 
 
-def rope_tables(base, half, dtype, positions):
+def rope_tables(base, half, dtype, positions, factors=None):
     """(cos, sin, rows): the tables the kernels index and the table row of each position. The
     tables are the reference's own numbers, so the kernels only multiply and add, as it does; kept
-    (silkattn._cache) per (base, half, dtype) for positions 0 .. P - 1, P the next power of two past
-    the farthest position (at least 256), so a decoding step that asks for one more position each
-    time finds its tables kept."""
+    (silkattn._cache) per (base, half, dtype, factors) for positions 0 .. P - 1, P the next power of
+    two past the farthest position (at least 256), so a decoding step that asks for one more
+    position each time finds its tables kept."""
     top = int(positions.max())
     P = max(256, 1 << top.bit_length())
     dtype = np.dtype(dtype)
     if P * half * 2 * dtype.itemsize > ROPE_TABLE_BYTES:
-        return *_rope_cos_sin(positions, base, half, dtype), np.arange(len(positions), dtype=np.int64)
-    tables = _cache.get(("rope tables", float(base), half, dtype.char, P),
-                        lambda: _rope_cos_sin(np.arange(P), base, half, dtype))
+        return *_rope_cos_sin(positions, base, half, dtype, factors), np.arange(len(positions), dtype=np.int64)
+    key = None if factors is None else factors.tobytes()
+    tables = _cache.get(("rope tables", float(base), half, dtype.char, P, key),
+                        lambda: _rope_cos_sin(np.arange(P), base, half, dtype, factors))
     return *tables, np.ascontiguousarray(positions, np.int64)
 
 
-def rope(kernels, X, positions, base=10000.0, *, out=None):
-    X, positions, base, out = prepare_rope(X, positions, base, out)
+def rope(kernels, X, positions, base=10000.0, freq_factors=None, *, out=None):
+    X, positions, base, out, factors = prepare_rope(X, positions, base, out, freq_factors)
     if not X.size:
         return out
     if kernels.rope is None:
-        np.copyto(out, ref.rope(X, positions, base))
+        np.copyto(out, ref.rope(X, positions, base, factors))
         return out
-    cos, sin, rows = rope_tables(base, X.shape[-1] // 2, X.dtype, positions)
+    cos, sin, rows = rope_tables(base, X.shape[-1] // 2, X.dtype, positions, factors)
     _rows_call(kernels.rope, [X], out, cos, sin, rows, threads_for(X.size, ELEMENTWISE_WORK))
     return out
 
@@ -1014,7 +1020,8 @@ def _step_scratch(scratch_of, sizes):
 
 
 def layer_step_record(*, heads, norm1, qkv, o, norm2, up, down, cache, eps, kv_heads=None,
-                      activation="relu", post_norm=False, rope_base=None, cross=None, scratch_of=None):
+                      activation="relu", post_norm=False, rope_base=None, freq_factors=None, cross=None,
+                      scratch_of=None):
     """The LayerStep of one decoder layer (silkattn._step: the fields and the arithmetic), checked
     once: each argument's shape against the others, a TypeError or ValueError naming the first that
     does not fit. See silkattn.ops.layer_step_record for the arguments."""
@@ -1040,7 +1047,10 @@ def layer_step_record(*, heads, norm1, qkv, o, norm2, up, down, cache, eps, kv_h
     if rope_base is not None:
         if dh % 2:
             raise ValueError(f"rope_base needs an even head width, got {dh}")
-        cos, sin, _ = rope_tables(check.positive(rope_base, "rope_base"), dh // 2, _F32, np.arange(capacity))
+        cos, sin, _ = rope_tables(check.positive(rope_base, "rope_base"), dh // 2, _F32, np.arange(capacity),
+                                  check.freq_factors(freq_factors, dh // 2))
+    elif freq_factors is not None:
+        raise ValueError("freq_factors needs rope_base (they divide its frequencies)")
     memory = _step_cross(cross, h, h_kv, dh, d)
     products = (qkv, o, up, down) + ((memory[1], memory[2]) if cross is not None else ())
     if any(W.b.size for W in (o, down, memory[2]) if W.kind != _step_mod.DENSE):

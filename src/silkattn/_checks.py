@@ -41,6 +41,25 @@ def optional_positive(x, name):
     return None if x is None else real(x, name, "a positive finite number (or None)", lambda v: v > 0)
 
 
+def freq_factors(f, half):
+    """None, or f as a read-only float64 (half,) array of positive finite numbers: rope's
+    per-frequency divisors (Llama 3's rope_freqs)."""
+    if f is None:
+        return None
+    if isinstance(f, (str, bytes)) or not hasattr(f, "__len__"):
+        raise TypeError(f"freq_factors must be None or an array of {half} positive numbers, got {type(f).__name__}")
+    f = np.asarray(f)
+    if f.dtype.kind not in "fiu":
+        raise TypeError(f"freq_factors must be real numbers, got dtype {f.dtype}")
+    if f.shape != (half,):
+        raise ValueError(f"freq_factors must have shape ({half},) (d_head / 2), got {f.shape}")
+    f = f.astype(np.float64)
+    if not (np.isfinite(f).all() and (f > 0).all()):
+        raise ValueError("freq_factors must be positive and finite")
+    f.flags.writeable = False
+    return f
+
+
 def window(w):
     """w as (left, right) ints >= -1 (-1: that side unbounded; None on a side reads as -1), or None."""
     if w is None:

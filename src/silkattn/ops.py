@@ -86,11 +86,12 @@ def add_rms_norm(X, R, g, eps=1e-5):
     return _api.add_rms_norm(_backends.kernels(), X, R, g, eps)
 
 
-def rope(X, positions, base=10000.0, *, out=None):
+def rope(X, positions, base=10000.0, freq_factors=None, *, out=None):
     """Rotary positions over X (..., seq, d_head): the pair (x_i, x_(i + d_head/2)) of the row at
-    position p turned by the angle p * base^(-2i/d_head); positions (seq,) non-negative ints. out
-    may be X itself (in place, e.g. on the head views of a projection's output)."""
-    return _api.rope(_backends.kernels(), X, positions, base, out=out)
+    position p turned by the angle p * base^(-2i/d_head) / f_i; positions (seq,) non-negative ints;
+    f = freq_factors (d_head/2,) positive (Llama 3's rope_freqs), else 1. out may be X itself (in
+    place, e.g. on the head views of a projection's output)."""
+    return _api.rope(_backends.kernels(), X, positions, base, freq_factors=freq_factors, out=out)
 
 
 def silu_mul(G, U, *, out=None):
@@ -100,7 +101,7 @@ def silu_mul(G, U, *, out=None):
 
 
 def layer_step_record(*, heads, norm1, qkv, o, norm2, up, down, cache, eps, kv_heads=None, activation="relu",
-                      post_norm=False, rope_base=None, cross=None, scratch_of=None):
+                      post_norm=False, rope_base=None, freq_factors=None, cross=None, scratch_of=None):
     """The record of one decoder layer's decoding step (silkattn._step.LayerStep), checked once, for
     layer_step to run a token through: the layer's weights, norms, eps, rotary tables and KV cache
     by name, never by position. Each argument is checked against the others (TypeError or
@@ -116,13 +117,14 @@ def layer_step_record(*, heads, norm1, qkv, o, norm2, up, down, cache, eps, kv_h
     cache: the layer's (K, V), float32, each (kv_heads, capacity, head width) or (capacity, kv_heads
         head width); layer_step writes row pos and attends over rows 0 .. pos.
     post_norm: x = norm(x + f(x)) instead of x + f(norm(x)) (the paper's placement).
-    rope_base: rotary positions of this base on the Q and K heads (None: none).
+    rope_base: rotary positions of this base on the Q and K heads (None: none); freq_factors (head
+        width / 2,): rope's per-frequency divisors (Llama 3's rope_freqs), with rope_base only.
     cross: the cross-attention over an encoder's memory, {"norm", "q" (d, d), "o" (d, d), "memory":
         (K, V) each (n_src, d), "keep": (n_src,) mask or None}.
     scratch_of: a record of the same sizes whose buffers this one shares (a model's layers)."""
     return _api.layer_step_record(heads=heads, norm1=norm1, qkv=qkv, o=o, norm2=norm2, up=up, down=down,
                                   cache=cache, eps=eps, kv_heads=kv_heads, activation=activation,
-                                  post_norm=post_norm, rope_base=rope_base, cross=cross,
+                                  post_norm=post_norm, rope_base=rope_base, freq_factors=freq_factors, cross=cross,
                                   scratch_of=scratch_of)
 
 

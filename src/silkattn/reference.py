@@ -343,11 +343,14 @@ def rms_norm(X, g, eps=1e-5):  # X: (..., d); g: (d,)
     return g * (X / np.sqrt((X * X).mean(-1, keepdims=True) + X.dtype.type(eps)))
 
 
-def rope(X, positions, base=10000.0):  # X: (..., seq, d_head); positions: (seq,) ints
+def rope(X, positions, base=10000.0, freq_factors=None):  # X: (..., seq, d_head); positions: (seq,) ints
     """Rotary embedding: the pair (x_i, x_{i + d/2}) of the row at position p turned by the angle
-    p * base^(-2i/d), i < d/2 (a head's query-key dot product then depends on p_q - p_k only)."""
+    p * base^(-2i/d) / f_i, i < d/2 (a head's query-key dot product then depends on p_q - p_k only);
+    f = freq_factors (d/2,), Llama 3's per-frequency divisors (its rope_freqs tensor), else 1."""
     half = X.shape[-1] // 2
     inv_freq = float(base) ** (-np.arange(half) / half)  # (half,): one turning speed per pair
+    if freq_factors is not None:
+        inv_freq = inv_freq / np.asarray(freq_factors, np.float64)
     angle = np.asarray(positions, np.float64)[:, None] * inv_freq  # (seq, half)
     cos, sin = np.cos(angle).astype(X.dtype), np.sin(angle).astype(X.dtype)
     x1, x2 = X[..., :half], X[..., half:]
@@ -364,7 +367,7 @@ def swiglu(X, Wg, Wu, Wd):  # X: (..., d); Wg, Wu: (d, d_ff); Wd: (d_ff, d)
     return (silu(X @ Wg) * (X @ Wu)) @ Wd
 
 
-def llama_block(X, p, positions, eps=1e-5, rope_base=10000.0):  # X: (seq, d)
+def llama_block(X, p, positions, eps=1e-5, rope_base=10000.0, freq_factors=None):  # X: (seq, d)
     """X += Wo grouped_attention(rope(q), rope(k), v) of RMSNorm(X); X += swiglu(RMSNorm(X)).
     p: "attn_norm", "attn" = (Wq, Wk, Wv, Wo), "h" query heads, "h_kv" K/V heads, "ffn_norm", "ffn"."""
     (Wq, Wk, Wv, Wo), h, h_kv = p["attn"], p["h"], p["h_kv"]
@@ -373,7 +376,7 @@ def llama_block(X, p, positions, eps=1e-5, rope_base=10000.0):  # X: (seq, d)
     def split(A, n):  # (seq, n * d_head) -> (n, seq, d_head)
         return A.reshape(len(A), n, -1).swapaxes(0, 1)
 
-    q, k = rope(split(H @ Wq, h), positions, rope_base), rope(split(H @ Wk, h_kv), positions, rope_base)
+    q, k = (rope(split(H @ W, n), positions, rope_base, freq_factors) for W, n in ((Wq, h), (Wk, h_kv)))
     A = attention(q, k, split(H @ Wv, h_kv), causal=True)  # query head i reads K/V head i // (h / h_kv)
     X = X + A.swapaxes(0, 1).reshape(X.shape) @ Wo
     return X + swiglu(rms_norm(X, p["ffn_norm"], eps), *p["ffn"])
@@ -381,11 +384,12 @@ def llama_block(X, p, positions, eps=1e-5, rope_base=10000.0):  # X: (seq, d)
 
 def llama(token_ids, P):  # token_ids: (seq,) ints -> logits (seq, vocab)
     """A Llama-family decoder: token embeddings, the blocks (rotary positions 0 .. seq - 1), a final
-    RMSNorm, the output projection P["out"] (d, vocab) (P["emb"].T when tied)."""
+    RMSNorm, the output projection P["out"] (d, vocab) (P["emb"].T when tied); P["rope_freqs"], if
+    there, rope's freq_factors."""
     ids = np.asarray(token_ids)
     X, positions = P["emb"][ids], np.arange(len(ids))
     for p in P["layers"]:
-        X = llama_block(X, p, positions, P["eps"], P["rope_base"])
+        X = llama_block(X, p, positions, P["eps"], P["rope_base"], P.get("rope_freqs"))
     return rms_norm(X, P["norm"], P["eps"]) @ P["out"]
 
 

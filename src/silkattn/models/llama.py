@@ -44,6 +44,7 @@ class LlamaConfig:
     eps: float = 1e-5        # RMSNorm's epsilon
     rope_base: float = 10000.0
     context_length: int = 2048
+    rope_freqs: tuple = None  # Llama 3's per-frequency divisors of rope (d_head / 2): rope_freqs.weight
 
     @property
     def d_head(self):
@@ -75,6 +76,15 @@ class LlamaConfig:
         scaling = key("rope.scaling.type", "none")
         if scaling not in ("none", None):
             raise ValueError(f"{file.path}: rope scaling {scaling!r} is not supported")
+        if "rope_freqs.weight" in file.tensors:  # Llama 3.1+'s "llama3" rope scaling, as divisors
+            if file.shape("rope_freqs.weight") != (config.d_head // 2,):
+                raise ValueError(f"{file.path}: tensor rope_freqs.weight has shape {file.shape('rope_freqs.weight')}, "
+                                 f"rope needs ({config.d_head // 2},) (d_head / 2)")
+            factors = file.dequantize("rope_freqs.weight")
+            if not (np.isfinite(factors).all() and (factors > 0).all()):
+                raise ValueError(f"{file.path}: tensor rope_freqs.weight holds values that are not positive "
+                                 "and finite")
+            config = dataclasses.replace(config, rope_freqs=tuple(float(f) for f in factors))
         return config
 
 
@@ -138,7 +148,7 @@ class Llama:
             emb = self.emb.dequantize().T if isinstance(self.emb, quant.QuantizedMatrix) else self.emb
             out = emb.T if self.head is self.emb else _dense(self.head)
             self._params = {"emb": emb, "layers": layers, "norm": self.norm, "out": out, "eps": c.eps,
-                            "rope_base": c.rope_base}
+                            "rope_base": c.rope_base, "rope_freqs": c.rope_freqs}
         return self._params
 
     # ---- text
@@ -192,7 +202,7 @@ class Llama:
             steps.append(ops.layer_step_record(
                 heads=c.h, kv_heads=c.h_kv, norm1=L.attn_norm, qkv=L.wqkv, o=L.wo, norm2=L.ffn_norm, up=L.wgu,
                 down=L.wd, activation="swiglu", cache=(cache[i, 0], cache[i, 1]), eps=c.eps,
-                rope_base=c.rope_base, scratch_of=steps[0] if steps else None))
+                rope_base=c.rope_base, freq_factors=c.rope_freqs, scratch_of=steps[0] if steps else None))
         return steps
 
     def _run(self, ids, cache, start, last_only=True, fused=True, steps=None):  # ids at start .. start + n
@@ -209,7 +219,7 @@ class Llama:
         for i, L in enumerate(self.layers):
             qkv = ops.linear(H, L.wqkv)  # (n, (hq + 2 hkv) dh): Q heads, K heads, V heads
             qk = qkv[:, :(hq + hkv) * dh].reshape(n, hq + hkv, dh).swapaxes(0, 1)  # (hq + hkv, n, dh)
-            ops.rope(qk, positions, c.rope_base, out=qk)
+            ops.rope(qk, positions, c.rope_base, c.rope_freqs, out=qk)
             K, V = cache[i]  # each (hkv, capacity, dh)
             K[:, start:end] = qk[hq:]
             V[:, start:end] = qkv[:, (hq + hkv) * dh:].reshape(n, hkv, dh).swapaxes(0, 1)
@@ -354,14 +364,20 @@ def load(path=None, *, activations="float32"):
                             ("ffn_gate", (c.d_ff, c.d)), ("ffn_up", (c.d_ff, c.d)),
                             ("ffn_down", (c.d, c.d_ff))):
             expected[f"blk.{i}.{name}.weight"] = shape
-    if "output.weight" in names:
-        expected["output.weight"] = (c.vocab, c.d)
+    for name, shape in (("output.weight", (c.vocab, c.d)), ("rope_freqs.weight", (c.d_head // 2,))):
+        if name in names:
+            expected[name] = shape
     for name, shape in expected.items():
         if name not in names:
             raise ValueError(f"{file.path}: the llama tensor {name} is missing")
         if file.shape(name) != shape:
             raise ValueError(f"{file.path}: tensor {name} has shape {file.shape(name)}, the metadata "
                              f"implies {shape}")
+    unused = sorted(set(names) - set(expected))
+    if unused:  # a tensor silkattn would ignore is a part of the model it would get wrong
+        raise ValueError(f"{file.path}: tensor{'s' if len(unused) > 1 else ''} {', '.join(unused[:5])}"
+                         f"{' ...' if len(unused) > 5 else ''} of the file {'are' if len(unused) > 1 else 'is'} "
+                         "not part of the llama architecture silkattn runs")
 
     def matrix(names, heads=(None,)):
         """The (in, out) matrix of the tensors `names` stacked by rows (those of `heads` heads put
