@@ -886,7 +886,8 @@ def rope_tables(base, half, dtype, positions, factors=None):
     P = max(256, 1 << top.bit_length())
     dtype = np.dtype(dtype)
     if P * half * 2 * dtype.itemsize > ROPE_TABLE_BYTES:
-        return *_rope_cos_sin(positions, base, half, dtype, factors), np.arange(len(positions), dtype=np.int64)
+        rows = np.arange(len(positions), dtype=np.int64)
+        return *_rope_cos_sin(positions, base, half, dtype, factors), rows
     key = None if factors is None else factors.tobytes()
     tables = _cache.get(("rope tables", float(base), half, dtype.char, P, key),
                         lambda: _rope_cos_sin(np.arange(P), base, half, dtype, factors))

@@ -47,7 +47,8 @@ def freq_factors(f, half):
     if f is None:
         return None
     if isinstance(f, (str, bytes)) or not hasattr(f, "__len__"):
-        raise TypeError(f"freq_factors must be None or an array of {half} positive numbers, got {type(f).__name__}")
+        raise TypeError(f"freq_factors must be None or an array of {half} positive numbers, "
+                        f"got {type(f).__name__}")
     f = np.asarray(f)
     if f.dtype.kind not in "fiu":
         raise TypeError(f"freq_factors must be real numbers, got dtype {f.dtype}")

@@ -124,8 +124,8 @@ def layer_step_record(*, heads, norm1, qkv, o, norm2, up, down, cache, eps, kv_h
     scratch_of: a record of the same sizes whose buffers this one shares (a model's layers)."""
     return _api.layer_step_record(heads=heads, norm1=norm1, qkv=qkv, o=o, norm2=norm2, up=up, down=down,
                                   cache=cache, eps=eps, kv_heads=kv_heads, activation=activation,
-                                  post_norm=post_norm, rope_base=rope_base, freq_factors=freq_factors, cross=cross,
-                                  scratch_of=scratch_of)
+                                  post_norm=post_norm, rope_base=rope_base, freq_factors=freq_factors,
+                                  cross=cross, scratch_of=scratch_of)
 
 
 def layer_step(step, x, pos):

@@ -77,9 +77,10 @@ class LlamaConfig:
         if scaling not in ("none", None):
             raise ValueError(f"{file.path}: rope scaling {scaling!r} is not supported")
         if "rope_freqs.weight" in file.tensors:  # Llama 3.1+'s "llama3" rope scaling, as divisors
-            if file.shape("rope_freqs.weight") != (config.d_head // 2,):
-                raise ValueError(f"{file.path}: tensor rope_freqs.weight has shape {file.shape('rope_freqs.weight')}, "
-                                 f"rope needs ({config.d_head // 2},) (d_head / 2)")
+            shape = file.shape("rope_freqs.weight")
+            if shape != (config.d_head // 2,):
+                raise ValueError(f"{file.path}: tensor rope_freqs.weight has shape {shape}, rope needs "
+                                 f"({config.d_head // 2},) (d_head / 2)")
             factors = file.dequantize("rope_freqs.weight")
             if not (np.isfinite(factors).all() and (factors > 0).all()):
                 raise ValueError(f"{file.path}: tensor rope_freqs.weight holds values that are not positive "
@@ -375,9 +376,10 @@ def load(path=None, *, activations="float32"):
                              f"implies {shape}")
     unused = sorted(set(names) - set(expected))
     if unused:  # a tensor silkattn would ignore is a part of the model it would get wrong
-        raise ValueError(f"{file.path}: tensor{'s' if len(unused) > 1 else ''} {', '.join(unused[:5])}"
-                         f"{' ...' if len(unused) > 5 else ''} of the file {'are' if len(unused) > 1 else 'is'} "
-                         "not part of the llama architecture silkattn runs")
+        listed = ", ".join(unused[:5]) + (" ..." if len(unused) > 5 else "")
+        many = len(unused) > 1
+        raise ValueError(f"{file.path}: tensor{'s' if many else ''} {listed} of the file "
+                         f"{'are' if many else 'is'} not part of the llama architecture silkattn runs")
 
     def matrix(names, heads=(None,)):
         """The (in, out) matrix of the tensors `names` stacked by rows (those of `heads` heads put
