@@ -1,5 +1,6 @@
 #include "isa.h"
 #include "quant_blocks.h"
+#include "quant_ext.h"
 
 #define SA_TEMPLATE "tmpl_linear_q.h"
 #define SA_VNNI_COPY

@@ -10,6 +10,8 @@ include "common.pxi"
 cdef extern from "linear_q.h" nogil:
     int SA_Q8_0
     int SA_QBYTES(int kind)
+    int SA_QWEIGHTS(int kind)
+    int SA_QROW_KINDS
     int SA_QROWS
     int SA_QCH
     void sa_linear_q_xsum_f32(int isa, const float *x, int64_t k, int64_t m, float *xs)
@@ -23,7 +25,14 @@ cdef extern from "linear_q.h" nogil:
     void sa_dequantize_rows_f32(int isa, int kind, const uint8_t *w, int64_t ldw, int64_t k, int64_t j0,
                                 int64_t rows, float *out)
 
-KINDS = ("Q8_0", "Q4_0", "Q4_1")  # by their code (silkattn.quant.KINDS)
+KINDS = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")  # by their code (silkattn.quant.KINDS)
+ROW_KINDS = KINDS[:SA_QROW_KINDS]  # those linear_q (and layer_step) multiply; dequantize and gemm_q take all
+
+
+cdef bint _fits(int kind, Py_ssize_t k, Py_ssize_t ldw):
+    """kind is a known type and blocks' rows of ldw bytes hold k of its weights"""
+    return 0 <= kind < len(KINDS) and k > 0 and k % SA_QWEIGHTS(kind) == 0 \
+        and ldw == k // SA_QWEIGHTS(kind) * SA_QBYTES(kind)
 # Rows of W a dequantize task converts (a prefill's panels are a few dozen to a few hundred rows).
 cdef Py_ssize_t DEQUANTIZE_ROWS = 8
 # Outputs per task: a multiple of the rows of W a pass converts together (4), small enough that two
@@ -45,7 +54,7 @@ def linear_q(const float[:, ::1] x, const uint8_t[:, ::1] blocks, int kind, cons
     cdef int8_t *xq = NULL
     cdef const float *bias = NULL
     # what keeps the C kernel within its arrays (the caller, silkattn._api, has checked them)
-    if not 0 <= kind < len(KINDS) or not 1 <= m <= SA_QROWS or k <= 0 or k % 32 or n <= 0:
+    if not 0 <= kind < len(ROW_KINDS) or not 1 <= m <= SA_QROWS or k <= 0 or k % 32 or n <= 0:
         raise ValueError(f"linear_q: kind {kind}, x of shape ({m}, {k}) or {n} rows of W out of range")
     if ldw != k // 32 * SA_QBYTES(kind) or out.shape[0] != m or out.shape[1] != n:
         raise ValueError(f"linear_q: blocks ({n}, {ldw}) and out ({out.shape[0]}, {out.shape[1]}) do not fit "
@@ -85,10 +94,11 @@ def linear_q(const float[:, ::1] x, const uint8_t[:, ::1] blocks, int kind, cons
 
 
 def dequantize(const uint8_t[:, ::1] blocks, int kind, Py_ssize_t j0, float[:, ::1] out, int num_threads):
-    """out[r] = reference.dequantize of row j0 + r of blocks (n, k / 32 * block bytes), out (rows, k):
+    """out[r] = reference.dequantize of row j0 + r of blocks (n, k / block weights * block bytes), out
+    (rows, k), any of KINDS:
     a panel of W's float32 rows for a prefill's GEMM. The threads share the rows."""
     cdef Py_ssize_t rows = out.shape[0], k = out.shape[1], n = blocks.shape[0], ldw = blocks.shape[1], t
-    if not 0 <= kind < len(KINDS) or k <= 0 or k % 32 or ldw != k // 32 * SA_QBYTES(kind):
+    if not _fits(kind, k, ldw):
         raise ValueError(f"dequantize: kind {kind}, blocks ({n}, {ldw}) and out rows of {k} do not fit")
     if not 0 <= j0 <= n - rows:
         raise ValueError(f"dequantize: rows {j0} .. {j0 + rows} of {n} out of range")
@@ -117,8 +127,7 @@ def gemm_q(const float[:, ::1] x, const uint8_t[:, ::1] blocks, int kind, float[
     BLAS's sgemm (as gemm in linear.pyx: the function at address sgemm, its own threads held at one)
     into out's columns. The same numbers as numpy's matmul of x and the dequantized W."""
     cdef Py_ssize_t m = x.shape[0], k = x.shape[1], n = blocks.shape[0], ldw = blocks.shape[1], t, j, end, rows
-    if not 0 <= kind < len(KINDS) or k <= 0 or k % 32 or ldw != k // 32 * SA_QBYTES(kind) \
-            or out.shape[0] != m or out.shape[1] != n:
+    if not _fits(kind, k, ldw) or out.shape[0] != m or out.shape[1] != n:
         raise ValueError(f"gemm_q: kind {kind}, blocks ({n}, {ldw}), x ({m}, {k}) and out ({out.shape[0]}, "
                          f"{out.shape[1]}) do not fit")
     cdef Py_ssize_t T = max(1, min(num_threads, n // 64))

@@ -6,9 +6,16 @@
 #include <immintrin.h>  /* _cvtsh_ss (F16C) */
 #endif
 
-/* The block types by their code in the kernel contract (silkattn.quant.KINDS), and their bytes. */
-enum { SA_Q8_0 = 0, SA_Q4_0 = 1, SA_Q4_1 = 2 };
-#define SA_QBYTES(kind) ((kind) == SA_Q8_0 ? 34 : (kind) == SA_Q4_0 ? 18 : 20)
+/* The block types by their code in the kernel contract (silkattn.quant.KINDS), their bytes and
+ * weights a block. The first SA_QROW_KINDS have the few-row product and fused-step kernels; the
+ * others are dequantized (sa_dequantize_row_ext, quant_ext.h) for the GEMM path. */
+enum { SA_Q8_0 = 0, SA_Q4_0 = 1, SA_Q4_1 = 2, SA_Q5_0 = 3, SA_Q5_1 = 4, SA_Q4_K = 5, SA_Q5_K = 6, SA_Q6_K = 7,
+       SA_NKINDS = 8 };
+#define SA_QROW_KINDS 3
+#define SA_QBYTES(kind) ((kind) == SA_Q8_0 ? 34 : (kind) == SA_Q4_0 ? 18 : (kind) == SA_Q4_1 ? 20 \
+                         : (kind) == SA_Q5_0 ? 22 : (kind) == SA_Q5_1 ? 24 : (kind) == SA_Q4_K ? 144 \
+                         : (kind) == SA_Q5_K ? 176 : 210)
+#define SA_QWEIGHTS(kind) ((kind) >= SA_Q4_K ? 256 : 32)
 #define SA_QROWS 8  /* the most rows of x (silkattn._api.LINEAR_ROWS) */
 #define SA_QCH 16   /* blocks a chunk, their scales converted together; x's block sums padded to it */
 

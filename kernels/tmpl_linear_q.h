@@ -448,6 +448,10 @@ static void SA_FN(sa_linear_q8_rows)(int kind, const int8_t *xq, const SA_T *xd,
  * d q - 8 d is exact too. */
 static void SA_FN(sa_dequantize_rows)(int kind, const uint8_t *w, int64_t ldw, int64_t k, int64_t j0,
                                       int64_t rows, SA_T *out) {
+    if (kind >= SA_QROW_KINDS) {  /* the types without kernels of their own: scalar, quant_ext.h */
+        for (int64_t r = 0; r < rows; r++) sa_dequantize_row_ext(kind, w + (j0 + r) * ldw, k, out + r * k);
+        return;
+    }
     const int bytes = SA_QBYTES(kind), head = kind == SA_Q4_1 ? 4 : 2;
     const int scaled = SA_QTABLE && kind != SA_Q8_0;  /* sa_q4's table gives d q already */
     const int64_t nb = k / 32;

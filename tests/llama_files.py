@@ -38,14 +38,35 @@ def weights(d=64, h=4, h_kv=2, d_ff=96, n_layers=2, vocab=None, seed=0, tied=Tru
     return t
 
 
+K_QUANTS = ("Q4_K", "Q5_K", "Q6_K")  # gguf's Python has no quantizer for these: random valid blocks
+
+
+def k_blocks(rng, kind, rows, cols):
+    """(rows, cols / 256 * block bytes) random bytes as valid `kind` blocks: float16 super-scales
+    sized so that the weights are about 1 / sqrt(cols) (a converter's magnitudes), of both signs."""
+    from silkattn import reference as ref
+    weights, size = ref.QUANT_BLOCKS[kind]
+    b = rng.integers(0, 256, (rows, cols // weights, size), dtype=np.uint8)
+    top = 63 * 15 if kind != "Q6_K" else 127 * 32  # the largest |scale x q| of the layout
+    for at in ((0, 2) if kind != "Q6_K" else (208,)):
+        d = rng.uniform(0.5, 2.0, b.shape[:2]) * 2 / (np.sqrt(cols) * top) * rng.choice([-1, 1], b.shape[:2])
+        b[..., at:at + 2] = d.astype(np.float16).view(np.uint8).reshape(*b.shape[:2], 2)
+    return b.reshape(rows, -1)
+
+
 def write(path, qtype="F32", *, d=64, h=4, h_kv=2, d_ff=96, n_layers=2, context=64, seed=0, tied=True,
           arch="llama", pre="smollm", tokenizer_model="gpt2", rope_base=10000.0, eps=1e-5, extra=None,
-          tensors=None, permute_qk=True):
-    """Write a tiny llama GGUF file; matrices in qtype (norms stay F32, as converters keep them).
-    Returns the float32 tensors it quantized (before quantization)."""
+          tensors=None, permute_qk=True, types=None):
+    """Write a tiny llama GGUF file; matrices in qtype, or types[name] where given (norms stay F32, as
+    converters keep them); a K-quant's tensors are random valid blocks (k_blocks). Returns the
+    float32 tensors it quantized (before quantization; a K-quant's, its blocks' weights, in the
+    file's row order)."""
     import gguf
-    tokens, merges, types = vocabulary()
-    t = weights(d, h, h_kv, d_ff, n_layers, len(tokens), seed, tied) if tensors is None else tensors
+
+    from silkattn import reference as ref
+    tokens, merges, types_of_tokens = vocabulary()
+    t = weights(d, h, h_kv, d_ff, n_layers, len(tokens), seed, tied) if tensors is None else dict(tensors)
+    rng = np.random.default_rng(seed + 1000)
     writer = gguf.GGUFWriter(path, arch)
     writer.add_block_count(n_layers)
     writer.add_context_length(context)
@@ -60,22 +81,33 @@ def write(path, qtype="F32", *, d=64, h=4, h_kv=2, d_ff=96, n_layers=2, context=
     writer.add_tokenizer_pre(pre)
     writer.add_token_list(tokens)
     writer.add_token_merges(merges)
-    writer.add_token_types(types)
+    writer.add_token_types(types_of_tokens)
     writer.add_bos_token_id(1)
     writer.add_eos_token_id(2)
     writer.add_chat_template(TEMPLATE)
     for key, value in (extra or {}).items():
         writer.add_string(key, value) if isinstance(value, str) else writer.add_uint32(key, value)
-    kind = gguf.GGMLQuantizationType[qtype]
-    for name, a in t.items():
+    for name, a in list(t.items()):
+        qt = (types or {}).get(name, qtype)
+        kind = gguf.GGMLQuantizationType[qt]
         if permute_qk and name.endswith(("attn_q.weight", "attn_k.weight")):  # llama.cpp's rotary row order
             a = permute(a, h if "attn_q" in name else h_kv)
-        if a.ndim == 1 or qtype == "F32":
+        if a.ndim == 1 or qt == "F32":
             writer.add_tensor(name, a)
-        elif qtype == "F16":
+        elif qt == "F16":
             writer.add_tensor(name, a.astype(np.float16))
-        else:
+        elif qt in K_QUANTS:
+            blocks = k_blocks(rng, qt, *a.shape)
+            writer.add_tensor(name, blocks, raw_dtype=kind)
+            w = ref.dequantize(blocks, qt)
+            t[name] = unpermute(w, h if "attn_q" in name else h_kv) if permute_qk and name.endswith(
+                ("attn_q.weight", "attn_k.weight")) else w
+        elif qt in ("F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"):
             writer.add_tensor(name, gguf.quants.quantize(a, kind), raw_dtype=kind)
+        else:  # a type silkattn does not run (Q2_K, Q3_K, the IQ types): zero bytes of its size
+            per_block, size = gguf.GGML_QUANT_SIZES[kind]
+            raw = np.zeros((a.shape[0], a.shape[1] // per_block * size), np.uint8)
+            writer.add_tensor(name, raw, raw_dtype=kind)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -85,3 +117,7 @@ def write(path, qtype="F32", *, d=64, h=4, h_kv=2, d_ff=96, n_layers=2, context=
 
 def permute(W, n_head):  # (n_head * d_head, d): the half-split pairs to llama.cpp's interleaved ones
     return W.reshape(n_head, 2, -1, W.shape[-1]).swapaxes(1, 2).reshape(W.shape)
+
+
+def unpermute(W, n_head):  # permute's inverse
+    return W.reshape(n_head, -1, 2, W.shape[-1]).swapaxes(1, 2).reshape(W.shape)

@@ -228,7 +228,7 @@ BAD = [
 
 # QuantizedMatrix(kind, blocks): (id, kind, blocks, error class, text the message must contain)
 QUANT_BAD = [
-    ("kind_unknown", "Q5_K", np.zeros((2, 40), np.uint8), ValueError, "kind must be one of Q8_0, Q4_0, Q4_1"),
+    ("kind_unknown", "Q2_K", np.zeros((2, 40), np.uint8), ValueError, "must be one of Q8_0, Q4_0, Q4_1, Q5"),
     ("kind_lowercase", "q4_1", np.zeros((2, 40), np.uint8), ValueError, "kind must be one of"),
     ("kind_int", 2, np.zeros((2, 40), np.uint8), TypeError, "kind must be a str"),
     ("blocks_list", "Q4_1", [[0] * 40] * 2, TypeError, "blocks must be a numpy.ndarray"),

@@ -12,7 +12,7 @@ import pytest
 import silkattn
 from silkattn import reference as ref
 from silkattn._api import LINEAR_ROWS
-from silkattn.quant import KINDS, QuantizedMatrix
+from silkattn.quant import KINDS, ROW_KINDS, QuantizedMatrix
 
 from conftest import f64
 
@@ -53,6 +53,25 @@ def assert_close_q(actual, X, W, b, kernel):
     assert (err <= bound).all(), f"worst error {np.max(err / np.maximum(bound, 1e-300)):.3g} x the bound"
 
 
+# where each kind's float16 fields are in its block (the rest is integer q and scales)
+HALVES = {"Q8_0": (0,), "Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q4_K": (0, 2),
+          "Q5_K": (0, 2), "Q6_K": (208,)}
+
+
+def any_blocks(rng, kind, n, k, special=None):
+    """(n, k / block weights * block bytes) blocks of any kind: random bytes, each float16 field of
+    random sign and a magnitude log-uniform in (1e-3, 0.1), or drawn from `special` for every third row."""
+    weights, size = ref.QUANT_BLOCKS[kind]
+    blocks = rng.integers(0, 256, (n, k // weights, size), dtype=np.uint8)
+    for at in HALVES[kind]:
+        shape = (n, k // weights)
+        h = np.exp(rng.uniform(np.log(1e-3), np.log(0.1), shape)) * rng.choice([-1, 1], shape)
+        if special is not None:
+            h[::3] = special[rng.integers(0, len(special), h[::3].shape)]
+        blocks[..., at:at + 2] = h.astype(np.float16).view(np.uint8).reshape(n, k // weights, 2)
+    return blocks.reshape(n, -1)
+
+
 def random_blocks(rng, kind, n, k, scales=(1e-3, 1e-1)):
     """(n, k / 32 * block bytes) random blocks: random q bytes, fp16 scales (and Q4_1's offsets) of
     random sign and magnitudes log-uniform in `scales`."""
@@ -78,7 +97,7 @@ SHAPES = [  # (lead of X, k, n): rows 1 .. 8 run the kernel, more numpy's matmul
 ]
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ROW_KINDS)
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("lead, k, n", SHAPES)
 def test_linear_q_matches_the_reference(any_backend, threads, rng, lead, k, n, bias, kind):
@@ -88,7 +107,7 @@ def test_linear_q_matches_the_reference(any_backend, threads, rng, lead, k, n, b
     assert_close_q(any_backend.linear(X, W, b), X, W, b, uses_kernel(any_backend, X))
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ROW_KINDS)
 @pytest.mark.parametrize("m", [1, 3, 8, 9, 64])
 def test_linear_q_extreme_scales(any_backend, threads, rng, kind, m):
     """Scales from fp16's subnormals to its largest (65504), zeros and both signs, mixed in a row."""
@@ -103,7 +122,7 @@ def test_linear_q_extreme_scales(any_backend, threads, rng, kind, m):
     assert_close_q(any_backend.linear(X, W), X, W, None, uses_kernel(any_backend, X))
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ROW_KINDS)
 @pytest.mark.parametrize("lead, k, n", SHAPES)
 def test_linear_q_int8_activations_match_the_reference(any_backend, threads, rng, lead, k, n, kind):
     """W.activations "int8": X rounded to 8 bits a block (reference.round_q8), then X W; the kernels'
@@ -117,7 +136,7 @@ def test_linear_q_int8_activations_match_the_reference(any_backend, threads, rng
     assert_close_q(any_backend.linear(X, W, b), X, W, b, uses_kernel(any_backend, X))
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ROW_KINDS)
 @pytest.mark.parametrize("m", [1, 9])
 def test_linear_q_int8_activations_of_nan_and_inf(any_backend, rng, kind, m):
     """A block of x holding a NaN or an inf makes that row's every output NaN (its scale is NaN),
@@ -188,15 +207,17 @@ def test_quantized_matrix_is_its_blocks(rng):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_dequantize_matches_gguf_bit_for_bit(rng, kind):
+    """Every type's reference.dequantize against the gguf package's, to the bit (signed zeros too):
+    random bytes, every float16 field finite (random bits with exponent 31 are inf/NaN)."""
     gguf = pytest.importorskip("gguf")
-    size = ref.QUANT_BYTES[kind]
+    weights, size = ref.QUANT_BLOCKS[kind]
     blocks = rng.integers(0, 256, (37, 9 * size), dtype=np.uint8)
-    halves = blocks.reshape(37, 9, size)[..., :4 if kind == "Q4_1" else 2].view(np.uint16)
-    finite = (halves & 0x7C00) != 0x7C00  # random bits with exponent 31 are inf/NaN: made finite
-    halves[~finite] &= 0xBFFF
+    for at in HALVES[kind]:
+        halves = blocks.reshape(37, 9, size)[..., at:at + 2].view(np.uint16)
+        halves[(halves & 0x7C00) == 0x7C00] &= 0xBFFF
     ours = ref.dequantize(blocks, kind)
     theirs = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType[kind])
-    assert ours.dtype == np.float32 and ours.shape == (37, 9 * 32)
+    assert ours.dtype == np.float32 and ours.shape == (37, 9 * weights)
     np.testing.assert_array_equal(ours.view(np.uint32), np.asarray(theirs, np.float32).view(np.uint32))
 
 
@@ -281,15 +302,59 @@ def test_dequantize_kernel_is_the_reference_to_the_bit(any_backend, threads, rng
     kernel = any_backend.KERNELS.dequantize
     if kernel is None:
         pytest.skip(f"{any_backend.__name__} has no dequantize kernel (numpy's matmul path)")
-    for n, k, j0, rows in [(1, 32, 0, 1), (40, 576, 3, 37), (300, 1536, 100, 200), (17, 64, 16, 1),
-                           (9, 96, 0, 0)]:
-        blocks = random_blocks(rng, kind, n, k).reshape(n, k // 32, -1)
-        special = np.array([65504, -65504, 2.0 ** -24, 6.1e-5, 0, -0.0, 1, -3.5], np.float16)
-        halves = 2 if kind == "Q4_1" else 1
-        blocks[::3, :, :2 * halves] = special[rng.integers(0, 8, (len(blocks[::3]), k // 32, halves))] \
-            .view(np.uint8).reshape(-1, k // 32, 2 * halves)
-        blocks = blocks.reshape(n, -1)
+    special = np.array([65504, -65504, 2.0 ** -24, 6.1e-5, 0, -0.0, 1, -3.5], np.float16)
+    weights = ref.QUANT_BLOCKS[kind][0]
+    for n, k, j0, rows in [(1, 1, 0, 1), (40, 18, 3, 37), (300, 48, 100, 200), (17, 2, 16, 1), (9, 3, 0, 0)]:
+        k *= weights  # rows of 1 to 48 blocks
+        blocks = any_blocks(rng, kind, n, k, special)
         out = np.full((rows + 1, k), 7.0, np.float32)  # a last row the kernel must not touch
         kernel(blocks, KINDS.index(kind), j0, out[:rows], silkattn.get_num_threads())
         np.testing.assert_array_equal(out[:rows], ref.dequantize(blocks[j0:j0 + rows], kind))
         assert (out[rows] == 7.0).all()
+
+
+EXT_KINDS = [kind for kind in KINDS if kind not in ROW_KINDS]
+
+
+@pytest.mark.parametrize("kind", EXT_KINDS)
+@pytest.mark.parametrize("rows, blocks_a_row, n", [(1, 1, 1), (1, 3, 576), (3, 2, 65), (8, 6, 17),
+                                                   (9, 2, 1000), (64, 3, 96), (300, 1, 40)])
+@pytest.mark.parametrize("activations", ["float32", "int8"])
+def test_linear_of_the_dequantized_kinds(any_backend, threads, rng, kind, rows, blocks_a_row, n, activations):
+    """Q5_0, Q5_1, Q4_K, Q5_K, Q6_K: ops.linear is X W on W dequantized to the bit (the GEMM path's
+    panels, for any number of rows), within the GEMM's summation bound (k + 2 roundings), with a bias
+    and with int8 activations (reference.round_q8(X) W)."""
+    k = blocks_a_row * ref.QUANT_BLOCKS[kind][0]
+    W = QuantizedMatrix(kind, any_blocks(rng, kind, n, k), activations)
+    assert W.shape == (k, n) and W.block_weights == ref.QUANT_BLOCKS[kind][0]
+    X = rng.standard_normal((rows, k)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    y = any_backend.linear(X, W, b)
+    X64, W64 = f64(ref.round_q8(X) if W.q8 else X, ref.dequantize(W.blocks, kind).T)
+    expected, M = X64 @ W64 + b, np.abs(X64) @ np.abs(W64) + np.abs(b)
+    assert y.dtype == np.float32 and y.shape == (rows, n)
+    assert (np.abs(y - expected) <= (k + 2) * 2.0 ** -24 * M).all()
+
+
+@pytest.mark.parametrize("kind", EXT_KINDS)
+def test_the_dequantized_kinds_are_refused_by_the_row_kernels(backend, kind, rng):
+    """The few-row kernel has no loops for these kinds: called directly with one it refuses (the ops
+    never call it so), and the fused step's record refuses such a matrix by name."""
+    import silkattn
+    W = QuantizedMatrix(kind, any_blocks(rng, kind, 8, 256))
+    with pytest.raises(ValueError, match="linear_q"):
+        backend.KERNELS.linear_q(np.ones((1, 256), np.float32), W.blocks, W.code, np.zeros(1, np.float32),
+                                 np.empty((1, 8), np.float32), False, False, 1)
+    with pytest.raises(ValueError, match=f"o is {kind} blocks"):
+        silkattn.ops.layer_step_record(  # d 8, one head of 256 whose o is (256, 8) in the kind's blocks
+            heads=1, norm1=np.ones(8, np.float32), qkv=np.ones((8, 768), np.float32), o=W,
+            norm2=np.ones(8, np.float32), up=np.ones((8, 16), np.float32), down=np.ones((16, 8), np.float32),
+            cache=(np.zeros((1, 4, 256), np.float32),) * 2, eps=1e-5)
+
+
+@pytest.mark.parametrize("kind", EXT_KINDS)
+def test_blocks_of_the_wrong_length_for_the_kind(kind, rng):
+    weights, size = ref.QUANT_BLOCKS[kind]
+    with pytest.raises(ValueError, match=f"whole {kind} blocks of {size} bytes"):
+        QuantizedMatrix(kind, np.zeros((4, size + 1), np.uint8))
+    assert QuantizedMatrix(kind, np.zeros((4, 2 * size), np.uint8)).shape == (2 * weights, 4)

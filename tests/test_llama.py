@@ -443,3 +443,55 @@ def test_rope_freqs_of_a_wrong_shape_or_value_and_unused_tensors_are_refused(tmp
     llama_files.write(path, "F32", tensors=dict(t, **{"blk.0.attn_q_norm.weight": np.ones(16, np.float32)}))
     with pytest.raises(ValueError, match="blk.0.attn_q_norm.weight of the file is not part of the llama"):
         llama.load(path)
+
+
+def _k_quant_file(path, activations_seed=7):
+    """A Q4_K_M-like mix on d 256 (rows a multiple of 256): Q4_K for Q, K, V, Q6_K for ffn_down,
+    Q5_K for the gate and up, Q5_0 and Q5_1 for attn_output, Q8_0 embeddings (the matrices load
+    joins, Q|K|V and gate|up, of one kind each: joined, mixed kinds are float32 copies)."""
+    types = {"token_embd.weight": "Q8_0"}
+    for i in range(2):
+        types.update({f"blk.{i}.ffn_down.weight": "Q6_K", f"blk.{i}.ffn_up.weight": "Q5_K",
+                      f"blk.{i}.ffn_gate.weight": "Q5_K", f"blk.{i}.attn_output.weight": ("Q5_0", "Q5_1")[i]})
+    llama_files.write(path, "Q4_K", d=256, h=4, h_kv=2, d_ff=512, n_layers=2, seed=activations_seed,
+                      types=types, context=128)
+    return types
+
+
+@pytest.mark.parametrize("activations", ["float32", "int8"])
+def test_k_quant_files_run_on_their_blocks(tmp_path, on_backend, activations):
+    """K-quant and Q5 tensors stay the file's blocks (QuantizedMatrix of their kind, no float32 copy)
+    and the model is reference.llama on their dequantized weights: the prefill and the decoding
+    steps (as ops: the fused step takes Q8_0 / Q4_0 / Q4_1 only), float32 and int8 activations."""
+    path = str(tmp_path / "kq.gguf")
+    _k_quant_file(path)
+    model = llama.load(path, activations=activations)
+    kinds = [(L.wqkv.kind, L.wo.kind, L.wgu.kind, L.wd.kind) for L in model.layers]
+    assert kinds == [("Q4_K", "Q5_0", "Q5_K", "Q6_K"), ("Q4_K", "Q5_1", "Q5_K", "Q6_K")] and not model._fused
+    assert model.emb.kind == "Q8_0" and all(L.wd.activations == activations for L in model.layers)
+    P = model.params if activations == "float32" else q8_params(model.params)
+    ids = [1, 70, 80, 90, 100, 3, 250, 7, 9, 40, 41, 42]
+    expected = ref.llama(ids, params64(P) if activations == "float32" else P)
+    tol = () if activations == "float32" else (TOL_Q8,)
+    assert_matches(model.forward(ids), expected, np.float32, *tol)
+    cache = model.cache(len(ids))
+    model._run(np.array(ids[:4]), cache, 0)
+    for p in range(4, len(ids)):
+        assert_matches(model._run(np.array(ids[p:p + 1]), cache, p)[-1], expected[p], np.float32, *tol)
+
+
+def test_k_quant_blocks_are_not_copied(tmp_path):
+    path = str(tmp_path / "kq.gguf")
+    _k_quant_file(path)
+    model = llama.load(path)
+    wd = model.layers[1].wd
+    assert wd.kind == "Q6_K" and wd.shape == (512, 256) and wd.nbytes == 256 * 2 * 210
+    assert not wd.blocks.flags.owndata  # the file's memory map itself
+
+
+@pytest.mark.parametrize("qtype", ["Q2_K", "Q3_K", "IQ4_NL", "IQ2_XS"])
+def test_types_silkattn_does_not_run_are_refused_at_load_by_tensor_and_type(tmp_path, qtype):
+    path = str(tmp_path / "iq.gguf")
+    llama_files.write(path, "F32", d=256, d_ff=512, types={"blk.1.ffn_up.weight": qtype})
+    with pytest.raises(ValueError, match=f"tensor blk.1.ffn_up.weight has type {qtype}, which silkattn"):
+        llama.load(path)

@@ -242,12 +242,12 @@ GEMM_WORK = 1 << 21  # multiply-adds a thread of a GEMM gets at the least
 _INT32 = (1 << 31) - 1
 
 
-def _team_gemm(kernel, dtype, rows, k, n):
+def _team_gemm(kernel, dtype, rows, k, n, few=False):
     """Whether a (rows, k) x (k, n) GEMM runs on silkattn's own team (Kernels.gemm, gemm_q: one sgemm
     call a thread through numpy's OpenBLAS, silkattn._blas) rather than numpy's matmul on the BLAS's
     threads: float32, more rows than the matrix-vector kernel takes, the BLAS's sgemm found (and
     the sizes within its integers)."""
-    if kernel is None or dtype != np.float32 or rows <= LINEAR_ROWS or not n:
+    if kernel is None or dtype != np.float32 or not rows or (rows <= LINEAR_ROWS and not few) or not n:
         return False
     sgemm = _blas.sgemm()
     return sgemm is not None and (sgemm.ilp64 or max(rows, k, n) <= _INT32)
@@ -256,9 +256,10 @@ def _team_gemm(kernel, dtype, rows, k, n):
 def linear_q(kernels, X, W, b, out):
     """linear with W a QuantizedMatrix, in np.result_type(X, float32) (b's dtype too, as for a float
     W), of X or, for W.activations "int8", of reference.round_q8(X): a few float32 rows run the
-    backend's linear_q kernel on W's blocks (integer products for int8); more float32 rows take
-    numpy's GEMM on W dequantized a panel at a time (the backend's dequantize kernel, never the
-    whole matrix); float64, or a backend without those kernels, numpy's matmul with W.dequantize()."""
+    backend's linear_q kernel on W's blocks (integer products for int8) where W's kind has one
+    (quant.ROW_KINDS); more float32 rows, or any for the other kinds, take numpy's GEMM on W
+    dequantized a panel at a time (the backend's dequantize kernel, never the whole matrix);
+    float64, or a backend without those kernels, numpy's matmul with W.dequantize()."""
     X = as_float_array(X, "X")
     if X.ndim == 0:
         raise ValueError("X must have at least one dimension (..., k)")
@@ -271,21 +272,23 @@ def linear_q(kernels, X, W, b, out):
         b = _along_last_axis(b, n, dtype, "b")
     out = check_out(out, X.shape[:-1] + (n,), dtype, [X, W.blocks])
     rows = X.size // k if k else 0
-    if kernels.linear_q is not None and dtype == np.float32 and 0 < rows <= LINEAR_ROWS and n:
+    rowed = W.kind in quant.ROW_KINDS  # else every product is the GEMM path's, a few rows too
+    if rowed and kernels.linear_q is not None and dtype == np.float32 and 0 < rows <= LINEAR_ROWS and n:
         kernels.linear_q(_rows(X), W.blocks, W.code, _NO_BIAS[dtype] if b is None else b, out.reshape(-1, n),
                          b is not None, W.q8, threads_for(k * n, LINEAR_WORK))
         return out
     X = X.astype(dtype, copy=False)
     if W.q8 and X.size:
         X = ref.round_q8(X)  # what the kernels' integer products see
-    if _team_gemm(kernels.gemm_q, dtype, rows, k, n):
+    if _team_gemm(kernels.gemm_q, dtype, rows, k, n, few=not rowed):
         with _blas.threads(1):  # the team's sgemm calls, each on one thread
             kernels.gemm_q(_rows(X), W.blocks, W.code, out.reshape(-1, n), *_blas.sgemm(),
                            threads_for(rows * k * n, GEMM_WORK))
         if b is not None:
             out += b
         return out
-    if kernels.dequantize is not None and dtype == np.float32 and rows > LINEAR_ROWS and n:
+    many = rows > LINEAR_ROWS or not rowed
+    if kernels.dequantize is not None and dtype == np.float32 and many and rows * n:
         return _linear_q_panels(kernels, X, W, b, out)
     with _blas.threads():
         np.matmul(X, W.dequantize(), out=out)  # in the result's dtype (b's too)
@@ -979,6 +982,9 @@ def _step_product(W, name, k, n):
     if _step_shape(W, name) != (k, n):
         raise ValueError(f"{name} must stand for a ({k}, {n}) matrix, got {_step_shape(W, name)}")
     if isinstance(W, QuantizedMatrix):
+        if W.kind not in quant.ROW_KINDS:
+            raise ValueError(f"{name} is {W.kind} blocks: the fused step multiplies "
+                             f"{', '.join(quant.ROW_KINDS)} blocks or float32 (run the layer as ops)")
         w, kind = _read_only(W.blocks), W.code
     else:
         w, kind = _step_array(W, name, (k, n)), _step_mod.DENSE

@@ -1,6 +1,7 @@
 """Matrices kept as the GGUF weight blocks they are stored in (silkattn.reference.dequantize gives
-the layouts): ops.linear(X, W) reads such a W's 5 to 8.5 bits a weight where a float32 copy would
-be 32, which is what a decoding step's speed depends on.
+the layouts): ops.linear(X, W) reads such a W's 4.5 to 8.5 bits a weight where a float32 copy
+would be 32, which is what a decoding step's speed depends on. The ROW_KINDS have few-row product
+kernels (a decoding step's) and the fused step's; every kind has the GEMM path's dequantize.
 """
 import dataclasses
 
@@ -8,16 +9,19 @@ import numpy as np
 
 from . import reference as ref
 
-KINDS = tuple(ref.QUANT_BYTES)  # the block types; a kind's index is its code in the kernel contract
+KINDS = tuple(ref.QUANT_BLOCKS)  # the block types; a kind's index is its code in the kernel contract
+# the kinds with few-row product kernels and the fused step's; the others run a product as
+# dequantized panels of W into a GEMM (ops.linear's prefill path), whatever the rows
+ROW_KINDS = tuple(ref.QUANT_BYTES)
 ACTIVATIONS = ("float32", "int8")  # what a product with the matrix does to X first (QuantizedMatrix)
-BLOCK = 32  # weights a block
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class QuantizedMatrix:
     """The (k, n) float32 matrix W = dequantize(blocks, kind).T, held as its blocks.
 
-    kind: "Q8_0", "Q4_0" or "Q4_1"; blocks: C-contiguous uint8 (n, k / 32 * block bytes), row j the
+    kind: one of KINDS (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 blocks of 32 weights; the K-quants Q4_K, Q5_K,
+    Q6_K of 256); blocks: C-contiguous uint8 (n, k / block weights * block bytes), row j the
     blocks of W's column j, exactly as a GGUF file stores an (n, k) matrix (a read-only memory map
     of the file will do: it is never copied). W's shape is (k, n), so ops.linear(X, W) is X W as
     for a float W of that shape: the file's (out, in) matrix applied to rows of X.
@@ -45,7 +49,8 @@ class QuantizedMatrix:
         if b.dtype != np.uint8:
             raise TypeError(f"blocks must be uint8 (the file's bytes), got dtype {b.dtype}")
         if b.ndim != 2:
-            raise ValueError(f"blocks must be 2-D (n, k / 32 * {self.block_bytes}), got shape {b.shape}")
+            raise ValueError(f"blocks must be 2-D (n, k / {self.block_weights} * {self.block_bytes}), "
+                             f"got shape {b.shape}")
         if b.shape[1] % self.block_bytes:
             raise ValueError(f"blocks' rows must be whole {self.kind} blocks of {self.block_bytes} bytes, "
                              f"got rows of {b.shape[1]} bytes")
@@ -65,7 +70,11 @@ class QuantizedMatrix:
 
     @property
     def block_bytes(self):
-        return ref.QUANT_BYTES[self.kind]
+        return ref.QUANT_BLOCKS[self.kind][1]
+
+    @property
+    def block_weights(self):
+        return ref.QUANT_BLOCKS[self.kind][0]
 
     @property
     def q8(self):
@@ -80,7 +89,7 @@ class QuantizedMatrix:
     @property
     def shape(self):
         """(k, n): the shape of the float matrix it stands for."""
-        return (self.blocks.shape[1] // self.block_bytes * BLOCK, self.blocks.shape[0])
+        return (self.blocks.shape[1] // self.block_bytes * self.block_weights, self.blocks.shape[0])
 
     @property
     def ndim(self):

@@ -393,31 +393,91 @@ def llama(token_ids, P):  # token_ids: (seq,) ints -> logits (seq, vocab)
     return rms_norm(X, P["norm"], P["eps"]) @ P["out"]
 
 
-# ---- GGUF weight blocks (llama.cpp's ggml types): 32 weights a block, little-endian fp16 scales
+# ---- GGUF weight blocks (llama.cpp's ggml types), little-endian, float16 scales
 
-QUANT_BYTES = {"Q8_0": 34, "Q4_0": 18, "Q4_1": 20}  # bytes of one block of 32 weights, by type
+QUANT_BYTES = {"Q8_0": 34, "Q4_0": 18, "Q4_1": 20}  # bytes of one block of 32 weights: the kernels' types
+# every type dequantize reads: (weights, bytes) a block; the K-quants are super-blocks of 256
+QUANT_BLOCKS = {**{kind: (32, size) for kind, size in QUANT_BYTES.items()}, "Q5_0": (32, 22),
+                "Q5_1": (32, 24), "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210)}
 
 
-def dequantize(blocks, kind):  # blocks: uint8 (rows, nblocks * block bytes) -> float32 (rows, 32 nblocks)
-    """The float32 weights of a matrix stored as GGUF blocks, each row 32 weights a block:
-      Q8_0  34 bytes: fp16 d, 32 int8 q                      w = d q
-      Q4_0  18 bytes: fp16 d, 16 bytes of 4-bit q            w = d (q - 8)
-      Q4_1  20 bytes: fp16 d, fp16 m, 16 bytes as Q4_0's     w = d q + m
-    Byte j of the 16 holds q_j in its low nibble and q_(j + 16) in its high one. In float32, in
-    the order of the gguf package's dequantize, so the two agree to the bit."""
-    rows, nblocks = blocks.shape[0], blocks.shape[1] // QUANT_BYTES[kind]
-    b = blocks.reshape(rows, nblocks, QUANT_BYTES[kind])  # one block a row
+def dequantize(blocks, kind):  # blocks: uint8 (rows, nblocks * bytes) -> float32 (rows, nblocks * weights)
+    """The float32 weights of a matrix stored as GGUF blocks, each row a run of blocks:
+      Q8_0  34 bytes: fp16 d, 32 int8 q                          w = d q
+      Q4_0  18 bytes: fp16 d, 16 bytes of 4-bit q                w = d (q - 8)
+      Q4_1  20 bytes: fp16 d, fp16 m, 16 bytes as Q4_0's         w = d q + m
+      Q5_0  22 bytes: fp16 d, 4 bytes of fifth bits, 16 as Q4_0  w = d (q - 16)
+      Q5_1  24 bytes: fp16 d, fp16 m, the same 20 bytes          w = d q + m
+      Q4_K, Q5_K, Q6_K: 256 weights in sub-blocks of 32 (16 for Q6_K) with 6- or 8-bit scales (_k_quant).
+    Byte j of the 16 holds q_j in its low nibble and q_(j + 16) in its high one; bit j of the
+    fifth bits is q_j's bit 4. In float32, each product in the order of the gguf package's
+    dequantize, so the two agree to the bit."""
+    weights, size = QUANT_BLOCKS[kind]
+    rows, nblocks = blocks.shape[0], blocks.shape[1] // size
+    b = blocks.reshape(rows, nblocks, size)  # one block a row
+    if kind.endswith("_K"):
+        return _k_quant(b, kind).reshape(rows, weights * nblocks)
     d = b[..., 0:2].view("<f2").astype(np.float32)  # (rows, nblocks, 1)
     if kind == "Q8_0":
         w = b[..., 2:].view(np.int8).astype(np.float32) * d
     else:
-        nibbles = b[..., -16:]
-        q = np.concatenate([nibbles & 15, nibbles >> 4], axis=-1)  # (rows, nblocks, 32)
-        if kind == "Q4_0":
-            w = d * (q.astype(np.int8) - np.int8(8)).astype(np.float32)
+        q = _nibbles(b[..., -16:])  # (rows, nblocks, 32)
+        if kind in ("Q5_0", "Q5_1"):
+            q = q | _bits(b[..., size - 20:size - 16]) << 4
+        if kind in ("Q4_0", "Q5_0"):
+            w = d * (q.astype(np.int8) - np.int8(8 if kind == "Q4_0" else 16)).astype(np.float32)
         else:
             w = d * q.astype(np.float32) + b[..., 2:4].view("<f2").astype(np.float32)
     return w.reshape(rows, 32 * nblocks)
+
+
+def _nibbles(b):  # (..., n) bytes -> (..., 2n): the n low nibbles, then the n high ones
+    return np.concatenate([b & 15, b >> 4], axis=-1)
+
+
+def _bits(b):  # (..., n) bytes -> (..., 8 n) uint8 0 or 1: bit j of the little-endian word
+    return np.unpackbits(b, axis=-1, bitorder="little")
+
+
+def _k_quant(b, kind):  # b: (rows, nblocks, bytes) -> float32 (rows, nblocks, 256)
+    """A K-quant super-block of 256 weights (llama.cpp's block_q4_K, block_q5_K, block_q6_K):
+      Q4_K 144 bytes: fp16 d, fp16 dmin, 12 bytes of 8 6-bit scales s and mins m, 128 bytes of 4-bit q;
+           sub-block i (32 weights) w = (d s_i) q - (dmin m_i)
+      Q5_K 176 bytes: Q4_K's fields with 32 bytes of fifth bits after the scales; q 5 bits
+      Q6_K 210 bytes: 128 bytes of low 4 bits, 64 of high 2 bits, 16 int8 scales s, fp16 d;
+           sub-block i (16 weights) w = (d s_i) (q - 32)
+    Q4_K/Q5_K: a 64-weight pair of sub-blocks takes 32 bytes, low nibbles then high; the fifth bits
+    of weight l of sub-block i are bit i of byte l. Q6_K: each half of 128 weights takes 64 bytes
+    of low bits (low nibbles, then high) and 32 of high bits (2 bits a quarter of 32, from bit 0)."""
+    f16 = "<f2"
+    if kind == "Q6_K":
+        low = np.concatenate([_nibbles(b[..., 0:64]), _nibbles(b[..., 64:128])], axis=-1)  # (.., 256)
+        q = (low | _q6_high(b[..., 128:192]) << 4).astype(np.int8) - np.int8(32)
+        ds = b[..., 208:210].view(f16).astype(np.float32) * b[..., 192:208].view(np.int8).astype(np.float32)
+        return (ds[..., :, None] * q.reshape(*q.shape[:-1], 16, 16).astype(np.float32)).reshape(q.shape)
+    scales, mins = _k_scales(b[..., 4:16])  # (rows, nblocks, 8) each
+    qs = b[..., -128:].reshape(*b.shape[:-1], 4, 32)
+    q = np.concatenate([qs & 15, qs >> 4], axis=-1).reshape(*b.shape[:-1], 8, 32)  # sub-block 2j, 2j + 1
+    if kind == "Q5_K":
+        q = q | (b[..., 16:48, None] >> np.arange(8, dtype=np.uint8) & 1).swapaxes(-1, -2) << 4
+    d, dmin = (b[..., o:o + 2].view(f16).astype(np.float32) for o in (0, 2))  # (rows, nblocks, 1)
+    ds, dm = d * scales.astype(np.float32), dmin * mins.astype(np.float32)
+    return (ds[..., None] * q.astype(np.float32) - dm[..., None]).reshape(*b.shape[:-1], 256)
+
+
+def _q6_high(qh):  # (..., 64) bytes -> (..., 256): Q6_K's high 2 bits, each half's 32 bytes 4 quarters
+    halves = qh.reshape(*qh.shape[:-1], 2, 1, 32) >> (2 * np.arange(4, dtype=np.uint8))[:, None] & 3
+    return halves.reshape(*qh.shape[:-1], 256)
+
+
+def _k_scales(s):  # (..., 12) bytes -> the 8 6-bit scales and 8 6-bit mins of Q4_K and Q5_K
+    """Bytes 0-3: scales 0-3 in their low 6 bits; 4-7: mins 0-3 likewise; 8-11: the low nibbles of
+    scales 4-7 and the high nibbles of mins 4-7, whose top 2 bits are those of bytes 0-3 (scales)
+    and 4-7 (mins)."""
+    lo, mid, top = s[..., 0:4], s[..., 4:8], s[..., 8:12]
+    scales = np.concatenate([lo & 63, (top & 15) | (lo >> 6) << 4], axis=-1)
+    mins = np.concatenate([mid & 63, (top >> 4) | (mid >> 6) << 4], axis=-1)
+    return scales, mins
 
 
 def round_q8(x):  # x: (..., 32 nblocks) -> the same shape and dtype

@@ -11,8 +11,9 @@ import os
 
 import numpy as np
 
-# the tensor types load() dequantizes: 32-weight blocks with fp16 scales (Q*_0, Q4_1 adds a min), floats
-TENSOR_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")
+# the tensor types load() reads: floats, 32-weight blocks with fp16 scales (Q*_0; Q*_1 add a min) and
+# the K-quants' super-blocks of 256 (silkattn.reference.dequantize gives every layout)
+TENSOR_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")
 
 # tokenizer.ggml.pre -> how the text is split before byte-level BPE (the regexes llama.cpp names
 # for each pre-tokenizer; "smollm" and its kin split digits one by one first)

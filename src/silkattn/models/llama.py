@@ -3,11 +3,12 @@
     model = silkattn.models.llama.load(path)          # pip install "silkattn[llm]"
     model.chat([{"role": "user", "content": "What is the capital of France?"}], max_new_tokens=64)
 
-The weights stay the file's blocks (silkattn.quant.QuantizedMatrix: Q8_0, Q4_0, Q4_1, 5 to 8.5
-bits a weight), never a float32 copy: single tensors are the file's memory map itself; the Q|K|V
-and gate|up matrices are joined into one each (read from the file, with the Q and K rows put back
-in the half-split rotary layout: GGUF stores llama.cpp's interleaved one), so the model is the
-reference's llama() on the dequantized weights. Tensors of other types (F32, F16) are float32.
+The weights stay the file's blocks (silkattn.quant.QuantizedMatrix: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+Q4_K, Q5_K, Q6_K, 4.5 to 8.5 bits a weight), never a float32 copy: single tensors are the file's
+memory map itself; the Q|K|V and gate|up matrices are joined into one each (read from the file,
+with the Q and K rows put back in the half-split rotary layout: GGUF stores llama.cpp's
+interleaved one), so the model is the reference's llama() on the dequantized weights. Tensors of
+other types (F32, F16), and joined matrices whose parts differ in type, are float32.
 
 A prefill (many rows) runs ops.linear's GEMM path: each matrix dequantized a panel at a time into
 a BLAS GEMM. A decoding step (one row) is one ops.layer_step per layer (one fused kernel call where
@@ -131,6 +132,7 @@ class Llama:
         # the fused step runs where every layer's matrices are blocks with one kind of activations
         # (else the step runs as ops)
         self._fused = all(L.quantized and len({W.activations for W in (L.wqkv, L.wo, L.wgu, L.wd)}) == 1
+                          and all(W.kind in quant.ROW_KINDS for W in (L.wqkv, L.wo, L.wgu, L.wd))
                           for L in layers)
 
     @property

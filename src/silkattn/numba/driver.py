@@ -174,7 +174,9 @@ def linear(x, w, b, out, transposed, has_bias, num_threads):
 
 def linear_q(x, blocks, kind, b, out, has_bias, q8, num_threads):
     """The kernel contract's linear_q (see linear_q.py; q8: linear_q8_rows); its inputs read-only (a
-    memory map as the plain array it is): one compiled signature."""
+    memory map as the plain array it is): one compiled signature. Only the kinds with row kernels."""
+    if not 0 <= int(kind) < _linear_q.ROW_KINDS:
+        raise ValueError(f"linear_q: kind {kind} has no few-row kernel (silkattn.quant.ROW_KINDS)")
     nthreads = _use_threads(num_threads)
     rows = _linear_q.linear_q8_rows if q8 else _linear_q.linear_q_rows
     rows(_read_only(x), _read_only(np.asarray(blocks)), int(kind), _read_only(b), bool(has_bias), out,
@@ -201,8 +203,7 @@ def gemm_q(x, blocks, kind, out, sgemm, ilp64, num_threads):
     blocks, kind = np.asarray(blocks), int(kind)
     _check_arrays("gemm_q", ((x, _F32, 2), (blocks, _U8, 2)), ((out, _F32, 2),))
     (m, k), (n, ldw) = x.shape, blocks.shape
-    if not 0 <= kind < len(_BYTES) or k <= 0 or k % 32 or ldw != k // 32 * _BYTES[kind] \
-            or out.shape != (m, n):
+    if not _fits(kind, k, ldw) or out.shape != (m, n):
         raise ValueError(f"gemm_q: kind {kind}, blocks {blocks.shape}, x {x.shape} and out {out.shape} "
                          "do not fit")
     if m and n:
@@ -218,7 +219,7 @@ def dequantize(blocks, kind, j0, out, num_threads):
     _check_arrays("dequantize", ((blocks, _U8, 2),), ((out, _F32, 2),))
     rows, k = out.shape
     n, ldw = blocks.shape
-    if not 0 <= kind < len(_BYTES) or k <= 0 or k % 32 or ldw != k // 32 * _BYTES[kind]:
+    if not _fits(kind, k, ldw):
         raise ValueError(f"dequantize: kind {kind}, blocks ({n}, {ldw}) and out rows of {k} do not fit")
     if not 0 <= j0 <= n - rows:
         raise ValueError(f"dequantize: rows {j0} .. {j0 + rows} of {n} out of range")
@@ -260,6 +261,14 @@ def _step_record(s):
 
 _F32, _U8 = np.dtype(np.float32), np.dtype(np.uint8)
 _BYTES = _linear_q.BLOCK_BYTES
+
+
+def _fits(kind, k, ldw):
+    """kind is a known type and blocks' rows of ldw bytes hold k of its weights (linear_q.pyx's)."""
+    if not 0 <= kind < len(_BYTES):
+        return False
+    weights = _linear_q.BLOCK_WEIGHTS[kind]
+    return k > 0 and k % weights == 0 and ldw == k // weights * _BYTES[kind]
 
 
 def _check_arrays(op, read, written):

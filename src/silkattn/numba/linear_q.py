@@ -10,7 +10,8 @@ converted with 8) straight into the products with one or two rows of x, J (or 2 
 in registers, the scales broadcast from the buffer. The next task's rows are prefetched.
 
 dequantize_rows: rows of W's blocks to float32 (a prefill's panels of W, multiplied by BLAS), the
-reference's arithmetic to the bit.
+reference's arithmetic to the bit; the types without few-row kernels (Q5_0, Q5_1, and the K-quants
+Q4_K, Q5_K, Q6_K of 256 weights a block) by scalar code (_dequantize_row_ext), for the GEMM path.
 """
 import numba
 import numpy as np
@@ -40,8 +41,10 @@ from ._simd import (
 )
 from .linear import _sgemm, _share
 
-Q8_0, Q4_0, Q4_1 = 0, 1, 2  # the block types by their code (silkattn.quant.KINDS)
-BLOCK_BYTES = (34, 18, 20)  # by the code
+Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K = range(8)  # the block types by code (silkattn.quant.KINDS)
+BLOCK_BYTES = (34, 18, 20, 22, 24, 144, 176, 210)  # by the code
+BLOCK_WEIGHTS = (32, 32, 32, 32, 32, 256, 256, 256)
+ROW_KINDS = 3  # the codes below it have the few-row kernels; the others are dequantized only
 ROWS = 16  # outputs per task, a multiple of the register's lanes (8 or 16)
 J = 4  # rows of W in flight: J (or 2 J) chains of FMAs hide each other's latency
 TABLE = VBYTES == 64  # 16 float32 lanes: 4-bit q looked up in a register (_block)
@@ -299,6 +302,80 @@ def _dequantize_row(kind, out, bf, row, nb, of, o, buf):
                     vstore(of, at + v, vadd(vmul(vd, w), vm))
 
 
+@jit(inline="always")
+def _f16(bf, at):
+    """The little-endian float16 at byte at of bf as a float32, by its bits (exact)."""
+    h = np.uint32(bf[at]) | np.uint32(bf[at + 1]) << np.uint32(8)
+    sign, f = (h & np.uint32(0x8000)) << np.uint32(16), h & np.uint32(1023)
+    e = (h >> np.uint32(10)) & np.uint32(31)
+    if e == 31:
+        bits = sign | np.uint32(0x7F800000) | f << np.uint32(13)
+    elif e:
+        bits = sign | (e + np.uint32(112)) << np.uint32(23) | f << np.uint32(13)
+    else:
+        bits = np.array([np.float32(f) * np.float32(2.0 ** -24)]).view(np.uint32)[0] | sign
+    return np.array([bits], np.uint32).view(np.float32)[0]
+
+
+@jit(cache=CACHE)
+def _dequantize_row_ext(kind, bf, row, k, of, o):
+    """of[o : o + k] = the weights of the row at byte row of bf in Q5_0, Q5_1, Q4_K, Q5_K or Q6_K
+    (reference.dequantize's layouts and arithmetic, kernels/quant_ext.h's loops): scalar code."""
+    size, weights = BLOCK_BYTES[kind], BLOCK_WEIGHTS[kind]
+    for blk in range(k // weights):
+        p, at = row + blk * size, o + blk * weights
+        if kind == Q5_0 or kind == Q5_1:
+            one = kind == Q5_1
+            d = _f16(bf, p)
+            m = _f16(bf, p + 2) if one else np.float32(0)
+            qh = p + (4 if one else 2)
+            h = 0
+            for t in range(4):
+                h |= np.int64(bf[qh + t]) << (8 * t)
+            for j in range(16):
+                byte = np.int64(bf[qh + 4 + j])
+                lo, hi = (byte & 15) | ((h >> j) & 1) << 4, (byte >> 4) | ((h >> (j + 16)) & 1) << 4
+                if one:
+                    of[at + j] = d * np.float32(lo) + m
+                    of[at + j + 16] = d * np.float32(hi) + m
+                else:
+                    of[at + j] = d * np.float32(lo - 16)
+                    of[at + j + 16] = d * np.float32(hi - 16)
+        elif kind == Q6_K:
+            d = _f16(bf, p + 208)
+            for e in range(256):
+                half, t = e // 128, e % 128
+                low = np.int64(bf[p + 64 * half + t % 64])
+                lo = low & 15 if t < 64 else low >> 4
+                hi = (np.int64(bf[p + 128 + 32 * half + t % 32]) >> (2 * (t // 32))) & 3
+                s = np.int64(bf[p + 192 + e // 16])
+                ds = d * np.float32(s - 256 if s > 127 else s)
+                of[at + e] = ds * np.float32((lo | hi << 4) - 32)
+        else:
+            _q45k_block(kind, bf, p, of, at)
+
+
+@jit(inline="always")
+def _q45k_block(kind, bf, p, of, at):
+    """Q4_K / Q5_K: sub-block b (32 weights) w = (d s_b) q - (dmin m_b); the 6-bit scales and mins
+    unpacked as reference._k_scales, the fifth bits (Q5_K) bit b of byte l."""
+    d, dmin = _f16(bf, p), _f16(bf, p + 2)
+    s, qh, qs = p + 4, p + 16, p + BLOCK_BYTES[kind] - 128
+    for b in range(8):
+        if b < 4:
+            sc, mn = np.int64(bf[s + b]) & 63, np.int64(bf[s + b + 4]) & 63
+        else:
+            sc = (np.int64(bf[s + b + 4]) & 15) | (np.int64(bf[s + b - 4]) >> 6) << 4
+            mn = (np.int64(bf[s + b + 4]) >> 4) | (np.int64(bf[s + b]) >> 6) << 4
+        ds, dm = d * np.float32(sc), dmin * np.float32(mn)
+        q = qs + 32 * (b // 2)
+        for t in range(32):
+            v = np.int64(bf[q + t]) >> 4 if b % 2 else np.int64(bf[q + t]) & 15
+            if kind == Q5_K:
+                v |= ((np.int64(bf[qh + t]) >> b) & 1) << 4
+            of[at + 32 * b + t] = ds * np.float32(v) - dm
+
+
 @jit(cache=CACHE, parallel=True)
 def dequantize_rows(blocks, kind, j0, out, nthreads):
     """out[r] = dequantize(blocks[j0 + r], kind) (silkattn.reference.dequantize, bit for bit): blocks
@@ -313,7 +390,10 @@ def dequantize_rows(blocks, kind, j0, out, nthreads):
     for p in prange(nthreads):
         buf = buf_all[p]
         for r in range(p * rows // nthreads, (p + 1) * rows // nthreads):
-            _dequantize_row(kind, out, bf, (j0 + r) * ldw, nb, of, r * k, buf)
+            if kind >= ROW_KINDS:
+                _dequantize_row_ext(kind, bf, (j0 + r) * ldw, k, of, r * k)
+            else:
+                _dequantize_row(kind, out, bf, (j0 + r) * ldw, nb, of, r * k, buf)
 
 
 GEMM_PANEL_BYTES = 1 << 22  # W's rows the threads dequantize at a time for a GEMM (kernels/linear_q.pyx's)
@@ -341,6 +421,9 @@ def gemm_q(x, blocks, kind, out, sgemm, ilp64, nthreads):
         while j < end:
             rows = min(panel, end - j)
             for r in range(rows):
-                _dequantize_row(kind, out, bf, (j + r) * ldw, nb, buf, r * k, scales[t])
+                if kind >= ROW_KINDS:
+                    _dequantize_row_ext(kind, bf, (j + r) * ldw, k, buf, r * k)
+                else:
+                    _dequantize_row(kind, out, bf, (j + r) * ldw, nb, buf, r * k, scales[t])
             _sgemm(sgemm, ilp64, True, (m, rows, k, k, k, n), xa, np.int64(buf.ctypes.data), oa + j * 4)
             j += rows

@@ -1,0 +1,97 @@
+/* The weights of one row of W stored in the block types without a product kernel of their own
+ * (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K: silkattn.reference.dequantize gives the layouts), for the GEMM
+ * path's panels: scalar code, one copy for every instruction set, its float operations those of
+ * the reference in its order, FMA contraction off (where d s and d s q are exact, as for Q4_K's
+ * 11-bit d, 6-bit s and 5-bit q, it would not change a bit; the pragma keeps it so for any type). */
+#ifndef SA_QUANT_EXT_H
+#define SA_QUANT_EXT_H
+#include <stdint.h>
+#include <string.h>
+#include "quant_blocks.h"
+
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+
+static __attribute__((unused)) float sa_f16_at(const uint8_t *p) {  /* the little-endian float16 at p, exactly */
+    const uint32_t h = (uint32_t)p[0] | (uint32_t)p[1] << 8;
+    const uint32_t sign = (h & 0x8000) << 16, e = (h >> 10) & 31, f = h & 1023;
+    uint32_t bits;
+    if (e == 31) {
+        bits = sign | 0x7f800000u | f << 13;
+    } else if (e) {
+        bits = sign | (e + 112) << 23 | f << 13;
+    } else {
+        const float v = (float)f * 0x1p-24f;  /* subnormal or zero: exact */
+        memcpy(&bits, &v, 4);
+        bits |= sign;
+    }
+    float r;
+    memcpy(&r, &bits, 4);
+    return r;
+}
+
+/* Q5_0 / Q5_1: fp16 d, [fp16 m,] 4 bytes of fifth bits (bit j: weight j's bit 4), 16 of nibbles */
+static __attribute__((unused)) void sa_q5_block(int kind, const uint8_t *p, float *o) {
+    const int one = kind == SA_Q5_1;
+    const float d = sa_f16_at(p), m = one ? sa_f16_at(p + 2) : 0.0f;
+    const uint8_t *qh = p + (one ? 4 : 2), *qs = qh + 4;
+    const uint32_t h = (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
+    for (int j = 0; j < 16; j++) {
+        const int lo = (qs[j] & 15) | ((h >> j) & 1) << 4, hi = (qs[j] >> 4) | ((h >> (j + 16)) & 1) << 4;
+        if (one) {
+            o[j] = d * (float)lo + m;
+            o[j + 16] = d * (float)hi + m;
+        } else {
+            o[j] = d * (float)(lo - 16);
+            o[j + 16] = d * (float)(hi - 16);
+        }
+    }
+}
+
+/* Q4_K / Q5_K: fp16 d, fp16 dmin, 12 bytes of 6-bit scales and mins, [32 of fifth bits,] 128 of
+ * nibbles: sub-block b (32 weights) w = (d s_b) q - (dmin m_b) */
+static __attribute__((unused)) void sa_q45k_block(int kind, const uint8_t *p, float *o) {
+    const float d = sa_f16_at(p), dmin = sa_f16_at(p + 2);
+    const uint8_t *s = p + 4, *qh = p + 16, *qs = p + SA_QBYTES(kind) - 128;
+    for (int b = 0; b < 8; b++) {
+        const int sc = b < 4 ? s[b] & 63 : (s[b + 4] & 15) | (s[b - 4] >> 6) << 4;
+        const int mn = b < 4 ? s[b + 4] & 63 : (s[b + 4] >> 4) | (s[b] >> 6) << 4;
+        const float ds = d * (float)sc, dm = dmin * (float)mn;
+        const uint8_t *q = qs + 32 * (b / 2);
+        for (int l = 0; l < 32; l++) {
+            int v = b % 2 ? q[l] >> 4 : q[l] & 15;
+            if (kind == SA_Q5_K) v |= ((qh[l] >> b) & 1) << 4;
+            o[32 * b + l] = ds * (float)v - dm;
+        }
+    }
+}
+
+/* Q6_K: 128 bytes of low 4 bits, 64 of high 2 bits, 16 int8 scales, fp16 d: a half of 128 weights
+ * takes 64 low bytes (low nibbles: weights 0-63, high: 64-127) and 32 high bytes (bits 2s, 2s + 1:
+ * the quarter s); sub-block of 16 b: w = (d s_b) (q - 32) */
+static __attribute__((unused)) void sa_q6k_block(const uint8_t *p, float *o) {
+    const float d = sa_f16_at(p + 208);
+    for (int e = 0; e < 256; e++) {
+        const int h = e / 128, t = e % 128;
+        const uint8_t low = p[64 * h + t % 64];
+        const int lo = t < 64 ? low & 15 : low >> 4, hi = (p[128 + 32 * h + t % 32] >> (2 * (t / 32))) & 3;
+        const float ds = d * (float)(int8_t)p[192 + e / 16];
+        o[e] = ds * (float)((lo | hi << 4) - 32);
+    }
+}
+
+/* o[0 .. k) = the weights of the row at w, kind one of Q5_0 .. Q6_K, k a multiple of its block */
+static __attribute__((unused)) void sa_dequantize_row_ext(int kind, const uint8_t *w, int64_t k, float *o) {
+    const int bytes = SA_QBYTES(kind), weights = SA_QWEIGHTS(kind);
+    for (int64_t i = 0; i < k / weights; i++, w += bytes, o += weights) {
+        if (kind == SA_Q5_0 || kind == SA_Q5_1)
+            sa_q5_block(kind, w, o);
+        else if (kind == SA_Q6_K)
+            sa_q6k_block(w, o);
+        else
+            sa_q45k_block(kind, w, o);
+    }
+}
+
+#pragma GCC pop_options
+#endif
