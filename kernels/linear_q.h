@@ -17,6 +17,9 @@
     X(dequantize_rows, SA_PICK, (int kind, const uint8_t *w, int64_t ldw, int64_t k, int64_t j0,    \
                                  int64_t rows, T *out),                                             \
       (kind, w, ldw, k, j0, rows, out))                                                             \
+    X(panel_dots, SA_PICK, (const T *x, int64_t k, int64_t m, const T *p, int64_t rows, T *y,        \
+                            int64_t ldy),                                                           \
+      (x, k, m, p, rows, y, ldy))                                                                   \
     X(quantize_q8, SA_PICK, (const T *x, int64_t k, int64_t m, int8_t *xq, T *xd, T *xs),           \
       (x, k, m, xq, xd, xs))                                                                        \
     X(linear_q8_rows, SA_PICK_Q8, (int kind, const int8_t *xq, const T *xd, const T *xs, int64_t k, \

@@ -24,6 +24,8 @@ cdef extern from "linear_q.h" nogil:
                                int64_t j1, float *y, int64_t ldy)
     void sa_dequantize_rows_f32(int isa, int kind, const uint8_t *w, int64_t ldw, int64_t k, int64_t j0,
                                 int64_t rows, float *out)
+    void sa_panel_dots_f32(int isa, const float *x, int64_t k, int64_t m, const float *p, int64_t rows, float *y,
+                           int64_t ldy)
 
 KINDS = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")  # by their code (silkattn.quant.KINDS)
 ROW_KINDS = KINDS[:SA_QROW_KINDS]  # those linear_q (and layer_step) multiply; dequantize and gemm_q take all
@@ -117,6 +119,7 @@ cdef extern from "gemm.h" nogil:
 # panel within L3 beside x, and a GEMM long enough to run at full rate (its packing of x is paid
 # once a panel: smaller panels made a 64-row product 1.6x slower).
 GEMM_PANEL_BYTES = 1 << 22
+FEW_PANEL_BYTES = 1 << 17  # a thread's panel for a few rows of x: within L2 beside x
 
 
 def gemm_q(const float[:, ::1] x, const uint8_t[:, ::1] blocks, int kind, float[:, ::1] out, size_t sgemm,
@@ -132,7 +135,10 @@ def gemm_q(const float[:, ::1] x, const uint8_t[:, ::1] blocks, int kind, float[
                          f"{out.shape[1]}) do not fit")
     cdef Py_ssize_t T = max(1, min(num_threads, n // 64))
     cdef Py_ssize_t share = ((n + T - 1) // T + 15) // 16 * 16
-    cdef Py_ssize_t panel = max(16, GEMM_PANEL_BYTES // T // (4 * k) // 16 * 16)
+    # a few rows of x (a decoding step with a type that has no row kernel) take dot products with a
+    # panel kept within L2 (FEW_PANEL_BYTES): a BLAS GEMM would pack the whole panel for them
+    cdef bint few = m <= SA_QROWS
+    cdef Py_ssize_t panel = max(16, (FEW_PANEL_BYTES if few else GEMM_PANEL_BYTES // T) // (4 * k) // 16 * 16)
     cdef float *buf
     cdef int failed = 0
     if m == 0 or n == 0:
@@ -148,7 +154,10 @@ def gemm_q(const float[:, ::1] x, const uint8_t[:, ::1] blocks, int kind, float[
             while j < end:
                 rows = min(panel, end - j)
                 sa_dequantize_rows_f32(ISA, kind, &blocks[0, 0], ldw, k, j, rows, buf)
-                sa_sgemm(sgemm, ilp64, 1, m, rows, k, &x[0, 0], k, buf, k, &out[0, j], n)
+                if few:
+                    sa_panel_dots_f32(ISA, &x[0, 0], k, m, buf, rows, &out[0, j], n)
+                else:
+                    sa_sgemm(sgemm, ilp64, 1, m, rows, k, &x[0, 0], k, buf, k, &out[0, j], n)
                 j = j + rows
         free(buf)
     if failed:

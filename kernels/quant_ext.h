@@ -71,12 +71,14 @@ static __attribute__((unused)) void sa_q45k_block(int kind, const uint8_t *p, fl
  * the quarter s); sub-block of 16 b: w = (d s_b) (q - 32) */
 static __attribute__((unused)) void sa_q6k_block(const uint8_t *p, float *o) {
     const float d = sa_f16_at(p + 208);
-    for (int e = 0; e < 256; e++) {
-        const int h = e / 128, t = e % 128;
-        const uint8_t low = p[64 * h + t % 64];
-        const int lo = t < 64 ? low & 15 : low >> 4, hi = (p[128 + 32 * h + t % 32] >> (2 * (t / 32))) & 3;
-        const float ds = d * (float)(int8_t)p[192 + e / 16];
-        o[e] = ds * (float)((lo | hi << 4) - 32);
+    for (int e0 = 0; e0 < 256; e0 += 16) {  /* a sub-block of 16: one scale, one run of bytes */
+        const int h = e0 / 128, s = e0 % 128 / 32, l0 = e0 % 32, shift = 2 * s;
+        const uint8_t *low = p + 64 * h + 32 * (s % 2) + l0, *high = p + 128 + 32 * h + l0;
+        const float ds = d * (float)(int8_t)p[192 + e0 / 16];
+        for (int l = 0; l < 16; l++) {
+            const int lo = s < 2 ? low[l] & 15 : low[l] >> 4;
+            o[e0 + l] = ds * (float)((lo | ((high[l] >> shift) & 3) << 4) - 32);
+        }
     }
 }
 

@@ -442,6 +442,18 @@ static void SA_FN(sa_linear_q8_rows)(int kind, const int8_t *xq, const SA_T *xd,
 #undef SA_Q8_ROWS_CALL
 }
 
+/* y[r, j] = x[r] . p[j] for the m rows of x (m, k) and the rows j < rows of a dequantized panel p
+ * (rows, k): a few rows of x against a type without a row kernel, where a BLAS GEMM would pack the
+ * whole panel for them. */
+static void SA_FN(sa_panel_dots)(const SA_T *x, int64_t k, int64_t m, const SA_T *p, int64_t rows, SA_T *y,
+                                 int64_t ldy) {
+    int64_t j = 0;
+    for (; j + SA_VL <= rows; j += SA_VL)
+        for (int64_t r = 0; r < m; r++) STORE(y + r * ldy + j, SA_FN(dots)(x + r * k, p + j * k, k, k));
+    for (; j < rows; j++)
+        for (int64_t r = 0; r < m; r++) y[r * ldy + j] = SA_FN(dot)(x + r * k, p + j * k, k);
+}
+
 /* out[r] = the weights of W's row j0 + r (k of them), r < rows: reference.dequantize to the bit. The
  * products d q are exact in float (an fp16 d times an integer of at most 8 bits), so d q + m rounds
  * once, as the reference's does, whether or not the compiler contracts it into an FMA; Q4_0's

@@ -343,14 +343,16 @@ def _dequantize_row_ext(kind, bf, row, k, of, o):
                     of[at + j + 16] = d * np.float32(hi - 16)
         elif kind == Q6_K:
             d = _f16(bf, p + 208)
-            for e in range(256):
-                half, t = e // 128, e % 128
-                low = np.int64(bf[p + 64 * half + t % 64])
-                lo = low & 15 if t < 64 else low >> 4
-                hi = (np.int64(bf[p + 128 + 32 * half + t % 32]) >> (2 * (t // 32))) & 3
-                s = np.int64(bf[p + 192 + e // 16])
-                ds = d * np.float32(s - 256 if s > 127 else s)
-                of[at + e] = ds * np.float32((lo | hi << 4) - 32)
+            for e0 in range(0, 256, 16):  # a sub-block of 16: one scale, one run of bytes
+                half, s, l0 = e0 // 128, e0 % 128 // 32, e0 % 32
+                low, high = p + 64 * half + 32 * (s % 2) + l0, p + 128 + 32 * half + l0
+                sc = np.int64(bf[p + 192 + e0 // 16])
+                ds = d * np.float32(sc - 256 if sc > 127 else sc)
+                for t in range(16):
+                    byte = np.int64(bf[low + t])
+                    lo = byte & 15 if s < 2 else byte >> 4
+                    hi = (np.int64(bf[high + t]) >> (2 * s)) & 3
+                    of[at + e0 + t] = ds * np.float32((lo | hi << 4) - 32)
         else:
             _q45k_block(kind, bf, p, of, at)
 
