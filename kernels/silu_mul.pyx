@@ -1,4 +1,5 @@
-"""The SwiGLU gate over rows given as offsets: out = silu(g) u = g u / (1 + exp(-g))."""
+"""The gates of a gated feed-forward over rows given as offsets: out = silu(g) u = g u / (1 + exp(-g))
+(SwiGLU) and out = gelu_tanh(g) u (GeGLU, GELU's tanh form)."""
 from cython cimport floating
 from cython.parallel cimport prange
 from libc.stdint cimport int64_t
@@ -8,13 +9,22 @@ include "common.pxi"
 cdef extern from "silu_mul.h" nogil:
     void sa_silu_mul_row_f32(int isa, const float *g, const float *u, float *out, int64_t n)
     void sa_silu_mul_row_f64(int isa, const double *g, const double *u, double *out, int64_t n)
+    void sa_gelu_tanh_mul_row_f32(int isa, const float *g, const float *u, float *out, int64_t n)
+    void sa_gelu_tanh_mul_row_f64(int isa, const double *g, const double *u, double *out, int64_t n)
 
 
-cdef inline void _silu_mul_row(const floating *g, const floating *u, floating *out, int64_t n) noexcept nogil:
+cdef inline void _gate_row(const floating *g, const floating *u, floating *out, int64_t n,
+                           bint gelu) noexcept nogil:
     if floating is float:
-        sa_silu_mul_row_f32(ISA, g, u, out, n)
+        if gelu:
+            sa_gelu_tanh_mul_row_f32(ISA, g, u, out, n)
+        else:
+            sa_silu_mul_row_f32(ISA, g, u, out, n)
     else:
-        sa_silu_mul_row_f64(ISA, g, u, out, n)
+        if gelu:
+            sa_gelu_tanh_mul_row_f64(ISA, g, u, out, n)
+        else:
+            sa_silu_mul_row_f64(ISA, g, u, out, n)
 
 
 def silu_mul(const floating[::1] g, const int64_t[::1] go, const floating[::1] u, const int64_t[::1] uo,
@@ -24,4 +34,13 @@ def silu_mul(const floating[::1] g, const int64_t[::1] go, const floating[::1] u
     cdef Py_ssize_t r
     with nogil:
         for r in prange(go.shape[0], num_threads=num_threads, schedule="static"):
-            _silu_mul_row(&g[go[r]], &u[uo[r]], &out[oo[r]], n)
+            _gate_row(&g[go[r]], &u[uo[r]], &out[oo[r]], n, False)
+
+
+def gelu_tanh_mul(const floating[::1] g, const int64_t[::1] go, const floating[::1] u, const int64_t[::1] uo,
+                  floating[::1] out, const int64_t[::1] oo, Py_ssize_t n, int num_threads):
+    """Row r: out[oo[r]:][:n] = gelu_tanh(g[go[r]:][:n]) u[uo[r]:][:n], as silu_mul."""
+    cdef Py_ssize_t r
+    with nogil:
+        for r in prange(go.shape[0], num_threads=num_threads, schedule="static"):
+            _gate_row(&g[go[r]], &u[uo[r]], &out[oo[r]], n, True)

@@ -912,6 +912,20 @@ def rope(kernels, X, positions, base=10000.0, freq_factors=None, *, out=None):
 # ---------------------------------------------------------------- silu_mul
 
 def silu_mul(kernels, G, U, *, out=None):
+    return _gate(kernels.silu_mul, ref.silu, G, U, out)
+
+
+def gelu_tanh_mul(kernels, G, U, *, out=None):
+    return _gate(kernels.gelu_tanh_mul, ref.gelu_tanh, G, U, out)
+
+
+def gate_mul(kernels, G, U, activation="silu", *, out=None):
+    if activation not in ref.GATES:
+        raise ValueError(f"activation must be one of {', '.join(map(repr, ref.GATES))}, got {activation!r}")
+    return (silu_mul if activation == "silu" else gelu_tanh_mul)(kernels, G, U, out=out)
+
+
+def _gate(kernel, act, G, U, out):  # out = act(G) U, by `kernel` (None: the reference's)
     G, U = as_float_array(G, "G"), as_float_array(U, "U")
     if G.shape != U.shape:
         raise ValueError(f"U must have the shape of G {G.shape}, got {U.shape}")
@@ -920,11 +934,11 @@ def silu_mul(kernels, G, U, *, out=None):
     if not G.size:
         return out
     G, U = G.astype(dtype, copy=False), U.astype(dtype, copy=False)
-    if kernels.silu_mul is None or G.ndim == 0:
-        with np.errstate(over="ignore"):  # exp(-G) past the float range is inf, silu(G) -0: no news
-            np.copyto(out, ref.silu(G) * U)
+    if kernel is None or G.ndim == 0:
+        with np.errstate(over="ignore", invalid="ignore"):  # exp(-G) past the float range: inf, silu(G) -0
+            np.copyto(out, act(G) * U)
         return out
-    _rows_call(kernels.silu_mul, [G, U], out, G.shape[-1], threads_for(G.size, ELEMENTWISE_WORK))
+    _rows_call(kernel, [G, U], out, G.shape[-1], threads_for(G.size, ELEMENTWISE_WORK))
     return out
 
 

@@ -42,6 +42,7 @@ class Kernels:
     add_rms_norm: Kernel = None     # s = x + r and rms_norm(s) in one pass
     rope: Kernel = None             # rotary positions over strided rows, from _api's cos/sin tables
     silu_mul: Kernel = None         # silu(g) u over strided rows (the SwiGLU gate)
+    gelu_tanh_mul: Kernel = None    # gelu_tanh(g) u, the same way (the GeGLU gate)
     dequantize: Kernel = None       # rows of GGUF blocks to float32 (a prefill's panels of W)
     gemm: Kernel = None             # x W for many rows on silkattn's team: a BLAS sgemm a thread (_blas)
     gemm_q: Kernel = None           # the same with W as GGUF blocks, dequantized a panel a thread

@@ -9,6 +9,15 @@ TOL = {
 }
 
 
+# Whole models' logits (several units in the tests' files) after a few layers of float32 products,
+# each product's sum rounded in the kernel's own order: errors of a few 1e-6 of the largest logit,
+# above TOL's absolute 1e-5 where logits reach 3 or more.
+TOL_MODEL = {
+    np.dtype(np.float32): dict(rtol=1e-4, atol=3e-5),
+    np.dtype(np.float64): TOL[np.dtype(np.float64)],
+}
+
+
 # A model whose products round their rows to 8 bits (QuantizedMatrix.activations "int8") against
 # reference.llama doing the same in float32: the same arithmetic, except that an activation within
 # a rounding of the midpoint between two of its block's 255 steps may round to either step (the

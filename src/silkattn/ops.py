@@ -100,6 +100,17 @@ def silu_mul(G, U, *, out=None):
     return _api.silu_mul(_backends.kernels(), G, U, out=out)
 
 
+def gelu_tanh_mul(G, U, *, out=None):
+    """gelu_tanh(G) * U = G (1 + tanh(sqrt(2/pi) (G + 0.044715 G^3))) / 2 * U (the GeGLU gate,
+    Gemma's), G and U of one shape; out may be G or U itself."""
+    return _api.gelu_tanh_mul(_backends.kernels(), G, U, out=out)
+
+
+def gate_mul(G, U, activation="silu", *, out=None):
+    """act(G) * U for reference.GATES' activation: "silu" (silu_mul) or "gelu_tanh" (gelu_tanh_mul)."""
+    return _api.gate_mul(_backends.kernels(), G, U, activation, out=out)
+
+
 def layer_step_record(*, heads, norm1, qkv, o, norm2, up, down, cache, eps, kv_heads=None, activation="relu",
                       post_norm=False, rope_base=None, freq_factors=None, cross=None, scratch_of=None):
     """The record of one decoder layer's decoding step (silkattn._step.LayerStep), checked once, for
@@ -138,7 +149,8 @@ def layer_step(step, x, pos):
 
 
 OPS = ("softmax", "layer_norm", "attention", "attention_varlen", "linear", "bias_relu", "bias_gelu",
-       "add_layer_norm", "rms_norm", "add_rms_norm", "rope", "silu_mul", "layer_step")
+       "add_layer_norm", "rms_norm", "add_rms_norm", "rope", "silu_mul", "gelu_tanh_mul", "gate_mul",
+       "layer_step")
 
 
 def bind(kernels):

@@ -362,32 +362,59 @@ def silu(x):
     return x / (1 + np.exp(-x))
 
 
-def swiglu(X, Wg, Wu, Wd):  # X: (..., d); Wg, Wu: (d, d_ff); Wd: (d_ff, d)
-    """(silu(X Wg) * (X Wu)) Wd: the gated feed-forward of the Llama family."""
-    return (silu(X @ Wg) * (X @ Wu)) @ Wd
+def gelu_tanh(x):
+    """x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) / 2: GELU's tanh form (Gemma's), in x's dtype."""
+    c = x.dtype.type(math.sqrt(2 / math.pi))
+    return x * (1 + np.tanh(c * (x + x.dtype.type(0.044715) * x * x * x))) / 2
+
+
+GATES = {"silu": silu, "gelu_tanh": gelu_tanh}  # the family's feed-forward gates
+
+
+def swiglu(X, Wg, Wu, Wd, activation="silu"):  # X: (..., d); Wg, Wu: (d, d_ff); Wd: (d_ff, d)
+    """(act(X Wg) * (X Wu)) Wd: the gated feed-forward of the Llama family (act = silu: SwiGLU;
+    gelu_tanh: Gemma's GeGLU)."""
+    return (GATES[activation](X @ Wg) * (X @ Wu)) @ Wd
 
 
 def llama_block(X, p, positions, eps=1e-5, rope_base=10000.0, freq_factors=None):  # X: (seq, d)
-    """X += Wo grouped_attention(rope(q), rope(k), v) of RMSNorm(X); X += swiglu(RMSNorm(X)).
-    p: "attn_norm", "attn" = (Wq, Wk, Wv, Wo), "h" query heads, "h_kv" K/V heads, "ffn_norm", "ffn"."""
+    """X += post_attn_norm(Wo grouped_attention(rope(q_norm(q)), rope(k_norm(k)), v)) of RMSNorm(X);
+    X += post_ffn_norm(gated_ffn(RMSNorm(X))). p: "attn_norm", "attn" = (Wq, Wk, Wv, Wo) (Wq: (d,
+    h d_head)), "h" query heads, "h_kv" K/V heads, "ffn_norm", "ffn" = (Wg, Wu, Wd). What varies in
+    the family (Qwen2, Gemma 3, ...), each absent or None for Llama: "bias" (bq, bk, bv); "q_norm",
+    "k_norm" (d_head,) per-head RMSNorm gains; "post_attn_norm", "post_ffn_norm" (d,) (sandwich
+    norms); "activation" (swiglu's); "window" w: a query sees the keys less than w positions back;
+    "rope_base", "rope_freqs", "scale": this layer's, over the model's and 1 / sqrt(d_head)."""
     (Wq, Wk, Wv, Wo), h, h_kv = p["attn"], p["h"], p["h_kv"]
+    bq, bk, bv = p.get("bias") or (0, 0, 0)
+    base, factors = p.get("rope_base") or rope_base, p.get("rope_freqs", freq_factors)
     H = rms_norm(X, p["attn_norm"], eps)
 
-    def split(A, n):  # (seq, n * d_head) -> (n, seq, d_head)
-        return A.reshape(len(A), n, -1).swapaxes(0, 1)
+    def heads(W, b, n, g):  # -> (n, seq, d_head), RMSNorm-ed by g if given
+        A = (H @ W + b).reshape(len(X), n, -1).swapaxes(0, 1)
+        return A if g is None else rms_norm(A, g, eps)
 
-    q, k = (rope(split(H @ W, n), positions, rope_base, freq_factors) for W, n in ((Wq, h), (Wk, h_kv)))
-    A = attention(q, k, split(H @ Wv, h_kv), causal=True)  # query head i reads K/V head i // (h / h_kv)
-    X = X + A.swapaxes(0, 1).reshape(X.shape) @ Wo
-    return X + swiglu(rms_norm(X, p["ffn_norm"], eps), *p["ffn"])
+    q, k = (rope(heads(W, b, n, p.get(g)), positions, base, factors)
+            for W, b, n, g in ((Wq, bq, h, "q_norm"), (Wk, bk, h_kv, "k_norm")))
+    window = None if p.get("window") is None else (p["window"] - 1, None)
+    A = attention(q, k, heads(Wv, bv, h_kv, None), causal=True, window=window, scale=p.get("scale"))
+    X = X + _maybe_norm(A.swapaxes(0, 1).reshape(len(X), -1) @ Wo, p.get("post_attn_norm"), eps)
+    F = swiglu(rms_norm(X, p["ffn_norm"], eps), *p["ffn"], p.get("activation", "silu"))
+    return X + _maybe_norm(F, p.get("post_ffn_norm"), eps)
+
+
+def _maybe_norm(X, g, eps):
+    return X if g is None else rms_norm(X, g, eps)
 
 
 def llama(token_ids, P):  # token_ids: (seq,) ints -> logits (seq, vocab)
-    """A Llama-family decoder: token embeddings, the blocks (rotary positions 0 .. seq - 1), a final
-    RMSNorm, the output projection P["out"] (d, vocab) (P["emb"].T when tied); P["rope_freqs"], if
-    there, rope's freq_factors."""
+    """A Llama-family decoder: token embeddings (times P["embed_scale"], if there: Gemma's sqrt(d)),
+    the blocks (rotary positions 0 .. seq - 1), a final RMSNorm, the output projection P["out"]
+    (d, vocab) (P["emb"].T when tied); P["rope_freqs"], if there, rope's freq_factors."""
     ids = np.asarray(token_ids)
     X, positions = P["emb"][ids], np.arange(len(ids))
+    if P.get("embed_scale") is not None:
+        X = X * X.dtype.type(P["embed_scale"])
     for p in P["layers"]:
         X = llama_block(X, p, positions, P["eps"], P["rope_base"], P.get("rope_freqs"))
     return rms_norm(X, P["norm"], P["eps"]) @ P["out"]

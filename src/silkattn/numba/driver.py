@@ -57,7 +57,13 @@ def rope(x, xo, out, oo, cos, sin, positions, num_threads):
 def silu_mul(g, go, u, uo, out, oo, n, num_threads):
     """The kernel contract's silu_mul (rows as offsets; out may be g or u), its inputs read-only."""
     nthreads = _use_threads(num_threads)
-    _silu_mul.silu_mul_rows(_read_only(g), go, _read_only(u), uo, out, oo, int(n), nthreads)
+    _silu_mul.gate_rows(_read_only(g), go, _read_only(u), uo, out, oo, int(n), False, nthreads)
+
+
+def gelu_tanh_mul(g, go, u, uo, out, oo, n, num_threads):
+    """The kernel contract's gelu_tanh_mul, as silu_mul."""
+    nthreads = _use_threads(num_threads)
+    _silu_mul.gate_rows(_read_only(g), go, _read_only(u), uo, out, oo, int(n), True, nthreads)
 
 
 def attention(plan, num_threads):
