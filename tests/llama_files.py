@@ -17,11 +17,12 @@ def vocabulary():
     return tokens, [f"{a} {b}" for a, b in merges], types
 
 
-def weights(d=64, h=4, h_kv=2, d_ff=96, n_layers=2, vocab=None, seed=0, tied=True):
-    """{tensor name: float32 array in numpy's order (rows = outputs)}, as a converter writes them."""
+def weights(d=64, h=4, h_kv=2, d_ff=96, n_layers=2, vocab=None, seed=0, tied=True, arch="llama", d_head=None):
+    """{tensor name: float32 array in numpy's order (rows = outputs)}, as a converter writes them;
+    the architecture's own tensors too (qwen2: Q/K/V biases; gemma3: QK-norms, sandwich norms)."""
     rng = np.random.default_rng(seed)
     vocab = vocab or len(vocabulary()[0])
-    d_head = d // h
+    d_head = d_head or d // h
 
     def w(*shape):
         return (rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32)
@@ -29,10 +30,20 @@ def weights(d=64, h=4, h_kv=2, d_ff=96, n_layers=2, vocab=None, seed=0, tied=Tru
     t = {"token_embd.weight": w(vocab, d), "output_norm.weight": 1 + 0.1 * w(d)}
     for i in range(n_layers):
         t.update({f"blk.{i}.attn_norm.weight": 1 + 0.1 * w(d), f"blk.{i}.ffn_norm.weight": 1 + 0.1 * w(d),
-                  f"blk.{i}.attn_q.weight": w(d, d), f"blk.{i}.attn_k.weight": w(h_kv * d_head, d),
-                  f"blk.{i}.attn_v.weight": w(h_kv * d_head, d), f"blk.{i}.attn_output.weight": w(d, d),
+                  f"blk.{i}.attn_q.weight": w(h * d_head, d), f"blk.{i}.attn_k.weight": w(h_kv * d_head, d),
+                  f"blk.{i}.attn_v.weight": w(h_kv * d_head, d),
+                  f"blk.{i}.attn_output.weight": w(d, h * d_head),
                   f"blk.{i}.ffn_gate.weight": w(d_ff, d), f"blk.{i}.ffn_up.weight": w(d_ff, d),
                   f"blk.{i}.ffn_down.weight": w(d, d_ff)})
+        if arch == "qwen2":
+            t.update({f"blk.{i}.attn_q.bias": 0.5 * w(h * d_head),
+                      f"blk.{i}.attn_k.bias": 0.5 * w(h_kv * d_head),
+                      f"blk.{i}.attn_v.bias": 0.5 * w(h_kv * d_head)})
+        if arch == "gemma3":
+            t.update({f"blk.{i}.attn_q_norm.weight": 1 + 0.1 * w(d_head),
+                      f"blk.{i}.attn_k_norm.weight": 1 + 0.1 * w(d_head),
+                      f"blk.{i}.post_attention_norm.weight": 1 + 0.1 * w(d),
+                      f"blk.{i}.post_ffw_norm.weight": 1 + 0.1 * w(d)})
     if not tied:
         t["output.weight"] = w(vocab, d)
     return t
@@ -47,7 +58,7 @@ def k_blocks(rng, kind, rows, cols):
     from silkattn import reference as ref
     weights, size = ref.QUANT_BLOCKS[kind]
     b = rng.integers(0, 256, (rows, cols // weights, size), dtype=np.uint8)
-    top = 63 * 15 if kind != "Q6_K" else 127 * 32  # the largest |scale x q| of the layout
+    top = {"Q4_K": 63 * 15, "Q5_K": 63 * 31, "Q6_K": 127 * 32}[kind]  # the largest |scale x q| of the layout
     for at in ((0, 2) if kind != "Q6_K" else (208,)):
         d = rng.uniform(0.5, 2.0, b.shape[:2]) * 2 / (np.sqrt(cols) * top) * rng.choice([-1, 1], b.shape[:2])
         b[..., at:at + 2] = d.astype(np.float16).view(np.uint8).reshape(*b.shape[:2], 2)
@@ -56,16 +67,21 @@ def k_blocks(rng, kind, rows, cols):
 
 def write(path, qtype="F32", *, d=64, h=4, h_kv=2, d_ff=96, n_layers=2, context=64, seed=0, tied=True,
           arch="llama", pre="smollm", tokenizer_model="gpt2", rope_base=10000.0, eps=1e-5, extra=None,
-          tensors=None, permute_qk=True, types=None):
-    """Write a tiny llama GGUF file; matrices in qtype, or types[name] where given (norms stay F32, as
-    converters keep them); a K-quant's tensors are random valid blocks (k_blocks). Returns the
-    float32 tensors it quantized (before quantization; a K-quant's, its blocks' weights, in the
-    file's row order)."""
+          tensors=None, permute_qk=None, types=None, d_head=None, window=None, extra_float=None,
+          extra_array=None):
+    """Write a tiny GGUF file of architecture arch (llama, qwen2, gemma3: the rotary rows of llama's
+    Q and K interleaved as llama.cpp's converter leaves them, unless permute_qk=False); matrices in
+    qtype, or types[name] where given (norms stay F32, as converters keep them); a K-quant's
+    tensors are random valid blocks (k_blocks). d_head: the head width where it is not d / h;
+    window: the sliding window. Returns the float32 tensors it quantized (before quantization; a
+    K-quant's, its blocks' weights, in the file's row order)."""
     import gguf
 
     from silkattn import reference as ref
     tokens, merges, types_of_tokens = vocabulary()
-    t = weights(d, h, h_kv, d_ff, n_layers, len(tokens), seed, tied) if tensors is None else dict(tensors)
+    t = (weights(d, h, h_kv, d_ff, n_layers, len(tokens), seed, tied, arch, d_head) if tensors is None
+         else dict(tensors))
+    permute_qk = arch == "llama" if permute_qk is None else permute_qk
     rng = np.random.default_rng(seed + 1000)
     writer = gguf.GGUFWriter(path, arch)
     writer.add_block_count(n_layers)
@@ -76,7 +92,12 @@ def write(path, qtype="F32", *, d=64, h=4, h_kv=2, d_ff=96, n_layers=2, context=
     writer.add_head_count_kv(h_kv)
     writer.add_rope_freq_base(rope_base)
     writer.add_layer_norm_rms_eps(eps)
-    writer.add_rope_dimension_count(d // h)
+    writer.add_rope_dimension_count(d_head or d // h)
+    if d_head:
+        writer.add_key_length(d_head)
+        writer.add_value_length(d_head)
+    if window:
+        writer.add_sliding_window(window)
     writer.add_tokenizer_model(tokenizer_model)
     writer.add_tokenizer_pre(pre)
     writer.add_token_list(tokens)
@@ -87,12 +108,16 @@ def write(path, qtype="F32", *, d=64, h=4, h_kv=2, d_ff=96, n_layers=2, context=
     writer.add_chat_template(TEMPLATE)
     for key, value in (extra or {}).items():
         writer.add_string(key, value) if isinstance(value, str) else writer.add_uint32(key, value)
+    for key, value in (extra_float or {}).items():
+        writer.add_float32(key, value)
+    for key, value in (extra_array or {}).items():
+        writer.add_array(key, value)
     for name, a in list(t.items()):
         qt = (types or {}).get(name, qtype)
         kind = gguf.GGMLQuantizationType[qt]
         if permute_qk and name.endswith(("attn_q.weight", "attn_k.weight")):  # llama.cpp's rotary row order
             a = permute(a, h if "attn_q" in name else h_kv)
-        if a.ndim == 1 or qt == "F32":
+        if a.ndim == 1 or qt == "F32" or name.endswith(".bias"):
             writer.add_tensor(name, a)
         elif qt == "F16":
             writer.add_tensor(name, a.astype(np.float16))

