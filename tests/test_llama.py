@@ -313,7 +313,8 @@ def _write_variant(path, **kw):
 
 @pytest.mark.parametrize("kw, match", [
     (dict(arch="gpt2"), "architecture 'gpt2'"),
-    (dict(tokenizer_model="llama"), "tokenizer.ggml.model 'llama'"),
+    (dict(tokenizer_model="llama"), "without tokenizer.ggml.scores"),  # SentencePiece needs its scores
+    (dict(tokenizer_model="bert"), "tokenizer.ggml.model 'bert' is neither"),
     (dict(pre="mystery"), "unknown pre-tokenizer 'mystery'"),
     (dict(h=5), "attn_q.weight has shape"),  # 64 is not 5 heads of the file's 12
     (dict(extra={"llama.rope.scaling.type": "yarn"}), "rope scaling 'yarn'"),

@@ -1,6 +1,7 @@
-"""GGUF files (llama.cpp's format) read with the `gguf` package, llama.cpp's own Python reader:
-the metadata, the tensors dequantized to float32, the tokenizer (built with the `tokenizers`
-package from the file's vocabulary and merges) and the chat template (rendered with jinja2).
+"""GGUF files (llama.cpp's format): the header parsed by _gguf_header (the gguf package gives the
+type table and the float dequantize), the metadata, the tensors dequantized to float32, the
+tokenizers (byte-level BPE built with the `tokenizers` package from the file's vocabulary and
+merges; SentencePiece in tokenizer.py) and the chat template (rendered with jinja2).
 
 Optional extra: pip install "silkattn[llm]". Every reader error is a ValueError that names the
 file and what it found there.
@@ -10,6 +11,8 @@ import json
 import os
 
 import numpy as np
+
+from . import _gguf_header
 
 # the tensor types load() reads: floats, 32-weight blocks with fp16 scales (Q*_0; Q*_1 add a min) and
 # the K-quants' super-blocks of 256 (silkattn.reference.dequantize gives every layout)
@@ -43,17 +46,11 @@ class GGUFFile:
         self.path = os.fspath(path)
         if not os.path.isfile(self.path):
             raise FileNotFoundError(f"no GGUF file at {self.path}")
-        size = os.path.getsize(self.path)
         try:
-            reader = gguf.GGUFReader(self.path, "r")
-        except Exception as e:  # a bad magic, a truncated header or tensor table, an unknown type
+            self.version, self.meta, self.tensors = _gguf_header.read(self.path, gguf)
+        except ValueError as e:  # a bad magic, a truncated header or tensor table, an unknown type
+            size = os.path.getsize(self.path)
             raise ValueError(f"{self.path}: not a readable GGUF file ({size} bytes): {e}") from None
-        self.meta = {key: _value(field) for key, field in reader.fields.items()}
-        self.tensors = {t.name: t for t in reader.tensors}
-        for t in reader.tensors:
-            if t.data_offset + t.n_bytes > size:
-                raise ValueError(f"{self.path}: truncated: tensor {t.name} ends at byte "
-                                 f"{t.data_offset + t.n_bytes}, the file has {size}")
 
     def get(self, key, default=KeyError):
         """Metadata value `key`; a ValueError naming it when it is missing and has no default."""
@@ -89,27 +86,57 @@ class GGUFFile:
         return tuple(int(n) for n in reversed(self.tensors[name].shape))
 
 
-def _value(field):
-    try:
-        return field.contents()
-    except Exception:  # a field type the reader cannot render: keep the raw parts out of the way
-        return None
-
-
 # ---------------------------------------------------------------- the tokenizer
 
 def tokenizer(file):
-    """A tokenizers.Tokenizer from the file's byte-level BPE (tokenizer.ggml.model "gpt2"): its tokens,
-    merges and pre-tokenizer, the control tokens as special tokens; no BOS/EOS added by encode()."""
+    """The file's tokenizer: encode(text) -> ids (no BOS/EOS; control tokens in the text matched),
+    decode(ids, skip_special_tokens=False) -> str, stream() -> a decoder whose step(id) gives the
+    text that id completes. Byte-level BPE (tokenizer.ggml.model "gpt2") or SentencePiece ("llama")."""
+    kind = file.get("tokenizer.ggml.model")
+    if kind == "llama":
+        from . import sentencepiece
+        return sentencepiece.from_gguf(file)
+    if kind != "gpt2":
+        raise ValueError(f"{file.path}: tokenizer.ggml.model {kind!r} is neither a byte-level BPE "
+                         "(\"gpt2\") nor a SentencePiece vocabulary (\"llama\"), the kinds silkattn builds")
+    return BytePair(_bpe(file))
+
+
+class BytePair:
+    """A tokenizers.Tokenizer behind the interface tokenizer() gives."""
+
+    def __init__(self, tok):
+        self.tok = tok
+
+    def encode(self, text, special=True):
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        return self.tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids, skip_special_tokens=False):
+        return self.tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def stream(self, skip_special_tokens=False):
+        from tokenizers.decoders import DecodeStream
+        return _BytePairStream(self.tok, DecodeStream(skip_special_tokens=skip_special_tokens))
+
+
+class _BytePairStream:
+    def __init__(self, tok, decoder):
+        self.tok, self.decoder = tok, decoder
+
+    def step(self, i):  # -> str or None
+        return self.decoder.step(self.tok, int(i))
+
+
+def _bpe(file):
+    """A tokenizers.Tokenizer from the file's byte-level BPE: its tokens, merges and pre-tokenizer,
+    the control tokens as special tokens."""
     try:
         from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
     except ImportError as e:
         raise ImportError("the GGUF tokenizer needs the tokenizers package: "
                           "pip install \"silkattn[llm]\"") from e
-    kind = file.get("tokenizer.ggml.model")
-    if kind != "gpt2":
-        raise ValueError(f"{file.path}: tokenizer.ggml.model {kind!r} is not a byte-level BPE "
-                         "(\"gpt2\"), the only kind silkattn builds")
     pre = file.get("tokenizer.ggml.pre", "default")
     if pre not in PRE_TOKENIZERS:
         raise ValueError(f"{file.path}: unknown pre-tokenizer {pre!r} "

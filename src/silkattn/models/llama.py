@@ -136,7 +136,7 @@ class Llama:
         """The token ids of text (no BOS or EOS added; control tokens written in the text are matched)."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
-        return self.tokenizer.encode(text, add_special_tokens=False).ids
+        return self.tokenizer.encode(text)
 
     def detokenize(self, ids, skip_special_tokens=False):  # -> str
         """The text of token ids (control tokens written out unless skip_special_tokens)."""
@@ -267,13 +267,12 @@ class Llama:
         across tokens is held back until it is whole (never a replacement character for it), bytes
         still incomplete at the end come out as detokenize() writes them, and a generation's closing
         EOS writes nothing."""
-        from tokenizers.decoders import DecodeStream
-        decoder, seen, written = DecodeStream(skip_special_tokens=False), [], 0
+        decoder, seen, written = self.tokenizer.stream(), [], 0
         for t in ids:
             if t == self.eos_id and self.stats.get("stopped"):
                 break
             seen.append(int(t))
-            piece = decoder.step(self.tokenizer, int(t))
+            piece = decoder.step(int(t))
             if piece:
                 written += len(piece)
                 yield piece
