@@ -14,6 +14,9 @@
                                int64_t ldw, int64_t n, const T *xs, const T *b, int64_t j0,         \
                                int64_t j1, T *y, int64_t ldy),                                      \
       (kind, x, k, m, w, ldw, n, xs, b, j0, j1, y, ldy))                                            \
+    X(linear_qx_rows, SA_PICK, (int kind, const T *x, int64_t k, int64_t m, const uint8_t *w,       \
+                                int64_t ldw, const T *b, int64_t j0, int64_t j1, T *y, int64_t ldy), \
+      (kind, x, k, m, w, ldw, b, j0, j1, y, ldy))                                                   \
     X(dequantize_rows, SA_PICK, (int kind, const uint8_t *w, int64_t ldw, int64_t k, int64_t j0,    \
                                  int64_t rows, T *out),                                             \
       (kind, w, ldw, k, j0, rows, out))                                                             \

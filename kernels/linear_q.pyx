@@ -22,6 +22,8 @@ cdef extern from "linear_q.h" nogil:
     void sa_linear_q8_rows_f32(int isa, int kind, const int8_t *xq, const float *xd, const float *xs, int64_t k,
                                int64_t m, const uint8_t *w, int64_t ldw, int64_t n, const float *b, int64_t j0,
                                int64_t j1, float *y, int64_t ldy)
+    void sa_linear_qx_rows_f32(int isa, int kind, const float *x, int64_t k, int64_t m, const uint8_t *w,
+                               int64_t ldw, const float *b, int64_t j0, int64_t j1, float *y, int64_t ldy)
     void sa_dequantize_rows_f32(int isa, int kind, const uint8_t *w, int64_t ldw, int64_t k, int64_t j0,
                                 int64_t rows, float *out)
     void sa_panel_dots_f32(int isa, const float *x, int64_t k, int64_t m, const float *p, int64_t rows, float *y,
@@ -93,6 +95,30 @@ def linear_q(const float[:, ::1] x, const uint8_t[:, ::1] blocks, int kind, cons
     free(xs)
     free(xd)
     free(xq)
+
+
+def linear_qx(const float[:, ::1] x, const uint8_t[:, ::1] blocks, int kind, const float[::1] b,
+              float[:, ::1] out, bint has_bias, int num_threads):
+    """out = x W (+ b) for W = dequantize(blocks, KINDS[kind])^T, kind one of the types after
+    ROW_KINDS (Q5_0 .. Q6_K), float32 x (m, k), 1 <= m <= 8: each block decoded once in registers
+    for all the rows of x. The threads share W's rows, ROWS_PER_TASK a task."""
+    cdef Py_ssize_t m = x.shape[0], k = x.shape[1], n = blocks.shape[0], ldw = blocks.shape[1], t
+    cdef Py_ssize_t ntasks = (n + ROWS_PER_TASK - 1) // ROWS_PER_TASK
+    cdef const float *bias = NULL
+    # what keeps the C kernel within its arrays (the caller, silkattn._api, has checked them)
+    if not len(ROW_KINDS) <= kind < len(KINDS) or not 1 <= m <= SA_QROWS or not _fits(kind, k, ldw) or n <= 0:
+        raise ValueError(f"linear_qx: kind {kind}, x of shape ({m}, {k}) or {n} rows of W out of range")
+    if out.shape[0] != m or out.shape[1] != n:
+        raise ValueError(f"linear_qx: out ({out.shape[0]}, {out.shape[1]}) does not fit x ({m}, {k}) and "
+                         f"{n} rows of W")
+    if has_bias:
+        if b.shape[0] != n:
+            raise ValueError(f"linear_qx: b must have {n} elements, got {b.shape[0]}")
+        bias = &b[0]
+    with nogil:
+        for t in prange(ntasks, num_threads=num_threads, schedule="static"):
+            sa_linear_qx_rows_f32(ISA, kind, &x[0, 0], k, m, &blocks[0, 0], ldw, bias, t * ROWS_PER_TASK,
+                                  min(n, (t + 1) * ROWS_PER_TASK), &out[0, 0], n)
 
 
 def dequantize(const uint8_t[:, ::1] blocks, int kind, Py_ssize_t j0, float[:, ::1] out, int num_threads):

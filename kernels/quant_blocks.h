@@ -33,4 +33,14 @@ enum { SA_Q8_0 = 0, SA_Q4_0 = 1, SA_Q4_1 = 2, SA_Q5_0 = 3, SA_Q5_1 = 4, SA_Q4_K 
         SA_QCASES(SA_Q4_1, CALL)                                                                   \
         default: break;                                                                            \
     }
+/* the same for the kinds after SA_QROW_KINDS (sa_linear_qx_rows) */
+#define SA_QX_SWITCH(kind, m, CALL)                                                                \
+    switch ((kind) * SA_QROWS + (int)(m) - 1) {                                                    \
+        SA_QCASES(SA_Q5_0, CALL)                                                                   \
+        SA_QCASES(SA_Q5_1, CALL)                                                                   \
+        SA_QCASES(SA_Q4_K, CALL)                                                                   \
+        SA_QCASES(SA_Q5_K, CALL)                                                                   \
+        SA_QCASES(SA_Q6_K, CALL)                                                                   \
+        default: break;                                                                            \
+    }
 #endif

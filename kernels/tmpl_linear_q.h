@@ -442,6 +442,135 @@ static void SA_FN(sa_linear_q8_rows)(int kind, const int8_t *xq, const SA_T *xd,
 #undef SA_Q8_ROWS_CALL
 }
 
+/* ---- the other block types (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K), float32 activations: each vector of
+ * SA_VL weights decoded in registers from the bytes that hold it (sa_u8 widens them to int32 lanes;
+ * nibbles, fifth bits and 6-bit parts shifted and masked lane-wise), scaled, and multiplied with the
+ * M rows of x at once, so that W is read once, at its 5.5 to 6.6 bits a weight, whatever the rows. */
+
+/* acc[r] += x[r] (the block's SA_VL lanes from lane e) * (s q + o), q the int32 lanes given */
+static inline __attribute__((always_inline)) void SA_FN(sa_qx_fma)(const int M, const SA_T *x, int64_t k, IVEC q,
+                                                                   SA_T s, SA_T o, VEC *acc) {
+    const VEC w = __builtin_convertvector(q, VEC) * SA_FN(sa_qsplat)(s) + SA_FN(sa_qsplat)(o);
+#pragma GCC unroll 8
+    for (int r = 0; r < M; r++) acc[r] += LOAD(x + r * k) * w;
+}
+
+/* The Q5_0 / Q5_1 block at p against x (its 32 values in each of the M rows): w = d q + m (Q5_1) or
+ * d (q - 16), q of five bits: the low four in 16 bytes (byte j: q_j low, q_(j + 16) high), the
+ * fifth bit of q_j bit j of a 32-bit word. */
+static inline __attribute__((always_inline)) void SA_FN(sa_qx_q5)(const int kind, const int M, const uint8_t *p,
+                                                                  const SA_T *x, int64_t k, VEC *acc) {
+    const int one = kind == SA_Q5_1;
+    const SA_T d = SA_FN(sa_q8_half)(p), m = one ? SA_FN(sa_q8_half)(p + 2) : -16 * d;
+    uint32_t h;
+    memcpy(&h, p + (one ? 4 : 2), 4);
+    const uint8_t *qs = p + (one ? 8 : 6);
+    IVEC lane;
+    for (int t = 0; t < SA_VL; t++) lane[t] = t;
+#pragma GCC unroll 8
+    for (int v = 0; v < SA_QV; v++) {
+        const int e = v * SA_VL;  /* the first weight of this vector */
+        const IVEC b = SA_FN(sa_u8)(qs + e % 16);
+        const IVEC fifth = ((IVEC){0} + (int32_t)(h >> e)) >> lane & 1;  /* bits e .. e + SA_VL of h */
+        SA_FN(sa_qx_fma)(M, x + e, k, (e < 16 ? b & 15 : b >> 4) | fifth << 4, d, m, acc);
+    }
+}
+
+/* The Q4_K / Q5_K block at p against x (256 values a row): sub-block b of 32, w = (d s_b) q - dmin
+ * m_b, the 6-bit s_b and m_b packed in 12 bytes; q's low four bits: sub-blocks 2i and 2i + 1 the low
+ * and high nibbles of the same 32 bytes; Q5_K's fifth: bit b of byte l of 32 more. */
+static inline __attribute__((always_inline)) void SA_FN(sa_qx_q45k)(const int kind, const int M, const uint8_t *p,
+                                                                    const SA_T *x, int64_t k, VEC *acc) {
+    const SA_T d = SA_FN(sa_q8_half)(p), dmin = SA_FN(sa_q8_half)(p + 2);
+    const uint8_t *s = p + 4, *qh = p + 16, *qs = p + SA_QBYTES(kind) - 128;
+#pragma GCC unroll 2
+    for (int b = 0; b < 8; b += 2) {
+        const int s0 = b < 4 ? s[b] & 63 : (s[b + 4] & 15) | (s[b - 4] >> 6) << 4;
+        const int m0 = b < 4 ? s[b + 4] & 63 : (s[b + 4] >> 4) | (s[b] >> 6) << 4;
+        const int s1 = b + 1 < 4 ? s[b + 1] & 63 : (s[b + 5] & 15) | (s[b - 3] >> 6) << 4;
+        const int m1 = b + 1 < 4 ? s[b + 5] & 63 : (s[b + 5] >> 4) | (s[b + 1] >> 6) << 4;
+        const SA_T ds0 = d * (SA_T)s0, dm0 = -(dmin * (SA_T)m0), ds1 = d * (SA_T)s1, dm1 = -(dmin * (SA_T)m1);
+        const uint8_t *q = qs + 16 * b;
+#pragma GCC unroll 8
+        for (int v = 0; v < SA_QV; v++) {
+            const int l = v * SA_VL;
+            const IVEC bytes = SA_FN(sa_u8)(q + l);
+            IVEC lo = bytes & 15, hi = bytes >> 4;
+            if (kind == SA_Q5_K) {
+                const IVEC fifth = SA_FN(sa_u8)(qh + l);
+                lo |= (fifth >> b & 1) << 4;
+                hi |= (fifth >> (b + 1) & 1) << 4;
+            }
+            SA_FN(sa_qx_fma)(M, x + 32 * b + l, k, lo, ds0, dm0, acc);
+            SA_FN(sa_qx_fma)(M, x + 32 * b + 32 + l, k, hi, ds1, dm1, acc);
+        }
+    }
+}
+
+/* The Q6_K block at p against x (256 values a row): w = (d s_b) (q - 32) for sub-block b of 16, q
+ * of six bits: a half of 128 weights takes its low four from 64 bytes (weights l and l + 32: the
+ * low nibbles of bytes l and l + 32, weights l + 64 and l + 96 their high ones) and its top two from
+ * 32 (byte l: bits 0-1, 2-3, 4-5, 6-7 for l, l + 32, l + 64, l + 96); int8 s_b, fp16 d last. */
+static inline __attribute__((always_inline)) void SA_FN(sa_qx_q6k)(const int M, const uint8_t *p, const SA_T *x,
+                                                                   int64_t k, VEC *acc) {
+    const SA_T d = SA_FN(sa_q8_half)(p + 208);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *low = p + 64 * h, *high = p + 128 + 32 * h;
+        const int8_t *sc = (const int8_t *)(p + 192 + 8 * h);
+        const SA_T *xh = x + 128 * h;
+#pragma GCC unroll 8
+        for (int l = 0; l < 32; l += SA_VL) {
+            const IVEC a = SA_FN(sa_u8)(low + l), c = SA_FN(sa_u8)(low + 32 + l), top = SA_FN(sa_u8)(high + l);
+            const int t = l / 16;  /* SA_VL <= 16: one sub-block a vector */
+            SA_FN(sa_qx_fma)(M, xh + l, k, (a & 15) | (top & 3) << 4, d * sc[t], -32 * d * sc[t], acc);
+            SA_FN(sa_qx_fma)(M, xh + l + 32, k, (c & 15) | (top >> 2 & 3) << 4, d * sc[t + 2], -32 * d * sc[t + 2],
+                             acc);
+            SA_FN(sa_qx_fma)(M, xh + l + 64, k, (a >> 4) | (top >> 4 & 3) << 4, d * sc[t + 4], -32 * d * sc[t + 4],
+                             acc);
+            SA_FN(sa_qx_fma)(M, xh + l + 96, k, (c >> 4) | (top >> 6 & 3) << 4, d * sc[t + 6], -32 * d * sc[t + 6],
+                             acc);
+        }
+    }
+}
+
+/* y[r, j] = x[r] . W[j] (+ b[j]) for rows j0 .. j1 of W (kind Q5_0 .. Q6_K; ld ldw bytes) and the M
+ * rows of x (ld k), the accumulators lane-wise in registers, the next row prefetched. */
+static inline __attribute__((always_inline)) void SA_FN(sa_qx_rows)(const int kind, const int M, const SA_T *x,
+                                                                    int64_t k, const uint8_t *w, int64_t ldw,
+                                                                    const SA_T *b, int64_t j0, int64_t j1, SA_T *y,
+                                                                    int64_t ldy) {
+    const int bytes = SA_QBYTES(kind), weights = SA_QWEIGHTS(kind);
+    const int64_t nb = k / weights;
+    for (int64_t j = j0; j < j1; j++) {
+        const uint8_t *wj = w + j * ldw;
+        VEC acc[SA_QROWS];
+#pragma GCC unroll 8
+        for (int r = 0; r < M; r++) acc[r] = SA_FN(splat)(0);
+        for (int64_t i = 0; i < nb; i++) {
+            const uint8_t *p = wj + i * bytes;
+            const SA_T *xi = x + i * weights;
+            if (j + 1 < j1) __builtin_prefetch(p + ldw, 0, SA_QLOC);
+            if (kind == SA_Q6_K)
+                SA_FN(sa_qx_q6k)(M, p, xi, k, acc);
+            else if (kind == SA_Q4_K || kind == SA_Q5_K)
+                SA_FN(sa_qx_q45k)(kind, M, p, xi, k, acc);
+            else
+                SA_FN(sa_qx_q5)(kind, M, p, xi, k, acc);
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < M; r++) y[r * ldy + j] = SA_FN(sa_qhsum)(acc[r]) + (b ? b[j] : 0);
+    }
+}
+
+/* y[:m, j0:j1] = x W[j0:j1]^T (+ b), x (m, k), 1 <= m <= SA_QROWS, W's kind one of Q5_0 .. Q6_K */
+static void SA_FN(sa_linear_qx_rows)(int kind, const SA_T *x, int64_t k, int64_t m, const uint8_t *w, int64_t ldw,
+                                     const SA_T *b, int64_t j0, int64_t j1, SA_T *y, int64_t ldy) {
+#define SA_QX_CALL(K, M) SA_FN(sa_qx_rows)(K, M, x, k, w, ldw, b, j0, j1, y, ldy)
+    SA_QX_SWITCH(kind, m, SA_QX_CALL)
+#undef SA_QX_CALL
+}
+
 /* y[r, j] = x[r] . p[j] for the m rows of x (m, k) and the rows j < rows of a dequantized panel p
  * (rows, k): a few rows of x against a type without a row kernel, where a BLAS GEMM would pack the
  * whole panel for them. */

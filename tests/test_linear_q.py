@@ -358,3 +358,24 @@ def test_blocks_of_the_wrong_length_for_the_kind(kind, rng):
     with pytest.raises(ValueError, match=f"whole {kind} blocks of {size} bytes"):
         QuantizedMatrix(kind, np.zeros((4, size + 1), np.uint8))
     assert QuantizedMatrix(kind, np.zeros((4, 2 * size), np.uint8)).shape == (2 * weights, 4)
+
+
+@pytest.mark.parametrize("kind", EXT_KINDS)
+def test_the_few_row_kernel_of_the_other_kinds_checks_what_it_is_given(backend, kind, rng):
+    """linear_qx (Q5_0 .. Q6_K, float32 rows) against the reference on one to eight rows, and its
+    refusals: a kind with a row kernel of its own, nine rows, blocks of another row length."""
+    k = 2 * ref.QUANT_BLOCKS[kind][0]
+    W = QuantizedMatrix(kind, any_blocks(rng, kind, 40, k))
+    kernel, b = backend.KERNELS.linear_qx, np.zeros(40, np.float32)
+    for m in (1, 5, 8):
+        X = rng.standard_normal((m, k)).astype(np.float32)
+        out = np.empty((m, 40), np.float32)
+        kernel(X, W.blocks, W.code, b, out, False, 2)
+        X64, W64 = f64(X, ref.dequantize(W.blocks, kind).T)
+        assert (np.abs(out - X64 @ W64) <= (k + 2) * 2.0 ** -24 * (np.abs(X64) @ np.abs(W64))).all()
+    with pytest.raises(ValueError, match="linear_qx"):
+        kernel(X, W.blocks, KINDS.index("Q8_0"), b, out, False, 1)
+    with pytest.raises(ValueError, match="linear_qx"):
+        kernel(np.ones((9, k), np.float32), W.blocks, W.code, b, np.empty((9, 40), np.float32), False, 1)
+    with pytest.raises(ValueError, match="linear_qx"):
+        kernel(np.ones((1, 2 * k), np.float32), W.blocks, W.code, b, np.empty((1, 40), np.float32), False, 1)

@@ -35,6 +35,7 @@ class Kernels:
     attention_tiles: TileGeometry = TileGeometry()  # the query tiles attention's plan is cut into
     linear: Kernel = None           # x W (+ b) for a few rows of x: a decoding step's projections
     linear_q: Kernel = None         # the same with W as GGUF blocks (silkattn.quant.QuantizedMatrix)
+    linear_qx: Kernel = None        # linear_q for the kinds after quant.ROW_KINDS (float32 activations)
     bias_relu: Kernel = None        # h = max(h + b, 0) in place (the feed-forward's elementwise step)
     bias_gelu: Kernel = None        # h = gelu(h + b) in place (the exact, erf GELU)
     add_layer_norm: Kernel = None   # s = x + r and layer_norm(s) in one pass (residual + next norm)

@@ -22,7 +22,8 @@ ISA = _softmax.ISA_NAME  # the kernel copy that runs: "avx512", "avx2", "generic
 
 KERNELS = Kernels("cython", softmax=_softmax.softmax, layer_norm=_layer_norm.layer_norm,
                   attention=_attention.attention, attention_tiles=TileGeometry(**_attention.TILES),
-                  linear=_linear.linear, linear_q=_linear_q.linear_q, bias_relu=_feed_forward.bias_relu,
+                  linear=_linear.linear, linear_q=_linear_q.linear_q,
+                  linear_qx=_linear_q.linear_qx, bias_relu=_feed_forward.bias_relu,
                   bias_gelu=_feed_forward.bias_gelu,
                   add_layer_norm=_layer_norm.add_layer_norm, rms_norm=_rms_norm.rms_norm,
                   add_rms_norm=_rms_norm.add_rms_norm, rope=_rope.rope, silu_mul=_silu_mul.silu_mul,

@@ -32,6 +32,7 @@ from .attention import BQ, R  # noqa: E402
 OPENMP = True  # Numba's own threading layer (omp, tbb or workqueue) is always there
 KERNELS = Kernels("numba", softmax=driver.softmax, layer_norm=driver.layer_norm, attention=driver.attention,
                   attention_tiles=TileGeometry(BQ, BQ, R), linear=driver.linear, linear_q=driver.linear_q,
+                  linear_qx=driver.linear_qx,
                   bias_relu=driver.bias_relu, bias_gelu=driver.bias_gelu, rms_norm=driver.rms_norm,
                   add_rms_norm=driver.add_rms_norm,
                   rope=driver.rope, silu_mul=driver.silu_mul, gelu_tanh_mul=driver.gelu_tanh_mul,

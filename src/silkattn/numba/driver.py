@@ -189,6 +189,23 @@ def linear_q(x, blocks, kind, b, out, has_bias, q8, num_threads):
          nthreads)
 
 
+
+def linear_qx(x, blocks, kind, b, out, has_bias, num_threads):
+    """The kernel contract's linear_qx (see linear_q.linear_qx_rows): the kinds after ROW_KINDS,
+    float32 x of 1 to 8 rows; its inputs read-only (one compiled signature)."""
+    if not _linear_q.ROW_KINDS <= int(kind) < len(_linear_q.BLOCK_BYTES):
+        raise ValueError(f"linear_qx: kind {kind} is not one of the kinds after the row kernels'")
+    m, k = x.shape
+    n, ldw = blocks.shape
+    weights = _linear_q.BLOCK_WEIGHTS[int(kind)]
+    if not 1 <= m <= 8 or k % weights or ldw != k // weights * _linear_q.BLOCK_BYTES[int(kind)] \
+            or out.shape != (m, n) or (has_bias and b.shape[0] != n):
+        raise ValueError(f"linear_qx: x {x.shape}, blocks {blocks.shape}, out {out.shape} do not fit "
+                         f"kind {kind}")
+    _linear_q.linear_qx_rows(_read_only(x), _read_only(np.asarray(blocks)), int(kind), _read_only(b),
+                             bool(has_bias), out, _use_threads(num_threads))
+
+
 def gemm(x, w, out, transposed, sgemm, ilp64, num_threads):
     """The kernel contract's gemm (see linear.py): x w (or x w^T) for many rows, a BLAS sgemm call a
     thread of the team. The operands are checked here (as kernels/linear.pyx checks them): all that

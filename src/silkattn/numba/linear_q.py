@@ -302,22 +302,17 @@ def _dequantize_row(kind, out, bf, row, nb, of, o, buf):
                     vstore(of, at + v, vadd(vmul(vd, w), vm))
 
 
+# every float16 as its float32 (exact: a float16 is a float32 with fewer bits), by its bits
+F16 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
+
+
 @jit(inline="always")
 def _f16(bf, at):
-    """The little-endian float16 at byte at of bf as a float32, by its bits (exact)."""
-    h = np.uint32(bf[at]) | np.uint32(bf[at + 1]) << np.uint32(8)
-    sign, f = (h & np.uint32(0x8000)) << np.uint32(16), h & np.uint32(1023)
-    e = (h >> np.uint32(10)) & np.uint32(31)
-    if e == 31:
-        bits = sign | np.uint32(0x7F800000) | f << np.uint32(13)
-    elif e:
-        bits = sign | (e + np.uint32(112)) << np.uint32(23) | f << np.uint32(13)
-    else:
-        bits = np.array([np.float32(f) * np.float32(2.0 ** -24)]).view(np.uint32)[0] | sign
-    return np.array([bits], np.uint32).view(np.float32)[0]
+    """The little-endian float16 at byte at of bf as a float32 (a lookup: exact)."""
+    return F16[np.int64(bf[at]) | np.int64(bf[at + 1]) << 8]
 
 
-@jit(cache=CACHE)
+@jit(inline="always")
 def _dequantize_row_ext(kind, bf, row, k, of, o):
     """of[o : o + k] = the weights of the row at byte row of bf in Q5_0, Q5_1, Q4_K, Q5_K or Q6_K
     (reference.dequantize's layouts and arithmetic, kernels/quant_ext.h's loops): scalar code."""
@@ -429,3 +424,32 @@ def gemm_q(x, blocks, kind, out, sgemm, ilp64, nthreads):
                     _dequantize_row(kind, out, bf, (j + r) * ldw, nb, buf, r * k, scales[t])
             _sgemm(sgemm, ilp64, True, (m, rows, k, k, k, n), xa, np.int64(buf.ctypes.data), oa + j * 4)
             j += rows
+
+
+@jit(cache=CACHE, parallel=True, fastmath=FASTMATH)
+def linear_qx_rows(x, blocks, kind, b, has_bias, out, nthreads):
+    """out = x W (+ b) for W = dequantize(blocks, kind)^T, kind Q5_0 .. Q6_K (codes from ROW_KINDS),
+    float32 x (m, k), a few rows: each block of a row of W decoded once into the thread's buffer of
+    256 (scalar: _dequantize_row_ext on the one block), then multiplied with every row of x. The
+    threads share W's rows, ROWS a task, each with its own buffer."""
+    m, k = x.shape
+    n, ldw = blocks.shape
+    size, weights = BLOCK_BYTES[kind], BLOCK_WEIGHTS[kind]
+    bf = blocks.reshape(-1)
+    tasks = (n + ROWS - 1) // ROWS
+    buf_all = np.empty((nthreads, 256 + 8), np.float32)
+    for p in prange(nthreads):
+        wb, acc = buf_all[p, :256], buf_all[p, 256:]
+        for t in range(p * tasks // nthreads, (p + 1) * tasks // nthreads):
+            for j in range(t * ROWS, min(n, (t + 1) * ROWS)):
+                acc[:] = 0
+                for blk in range(k // weights):
+                    _dequantize_row_ext(kind, bf, j * ldw + blk * size, weights, wb, 0)
+                    e = blk * weights
+                    for r in range(m):
+                        s = np.float32(0)
+                        for i in range(weights):
+                            s += x[r, e + i] * wb[i]
+                        acc[r] += s
+                for r in range(m):
+                    out[r, j] = acc[r] + (b[j] if has_bias else np.float32(0))
