@@ -144,8 +144,8 @@ def main():
     from silkattn import models
     from silkattn._bench import machine
     m = machine()
-    print(f"cpu: {m.get('cpu')} ({m.get('cpu_isa')}; silkattn {m.get('silkattn_isa')}), "
-          f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE')} OPENBLAS_L2_SIZE={os.environ.get('OPENBLAS_L2_SIZE')}")
+    env = {k: os.environ.get(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    print(f"cpu: {m.get('cpu')} ({m.get('cpu_isa')}; silkattn {m.get('silkattn_isa')}), {env}")
     model = models.load(args.model)
     ids = model.prompt_ids(_prompt_text())[:PROMPT]
     print(f"{os.path.basename(args.model)}: {os.path.getsize(args.model) / 2**20:.0f} MiB; prompt {len(ids)} "
@@ -163,21 +163,25 @@ def main():
                 print(f"{who} {threads} thread(s) failed:\n{out.stderr[-3000:]}")
                 continue
             rows[who, threads] = r = json.loads(line[-1][7:])
-            print(f"{who:9s} {threads} thread(s): prefill {r['prefill_s']:.3f} s, decode {r['decode_ms']:.2f} ms/token, "
-                  f"peak RSS {r['rss_mib']:.0f} MiB")
-        ours, theirs = rows.get(("silkattn", threads)), rows.get(("llama.cpp", threads))
-        if ours and theirs:
-            same = ours["first"] == theirs["first"]
-            print(f"  ratios (silkattn / llama.cpp): decode {ours['decode_ms'] / theirs['decode_ms']:.2f}x, prefill "
-                  f"{ours['prefill_s'] / theirs['prefill_s']:.2f}x, RSS {ours['rss_mib'] / theirs['rss_mib']:.2f}x; "
-                  f"first 8 greedy tokens equal: {same}")
-            rates = ours["rates"]
-            print(f"  output head: {ours['head_ms']:.2f} ms a step ({ours['head_ms'] / ours['decode_ms']:.0%} of the "
-                  f"step) at {ours['head_gbs']:.1f} GB/s: {ours['head_gbs'] / rates['read']:.0%} of numpy's read rate "
-                  f"({rates['read']:.1f} GB/s), {ours['head_gbs'] / rates['copy']:.0%} of its copy rate "
-                  f"({rates['copy']:.1f} GB/s, bytes read + written)")
-            if theirs.get("tokens_of_text") != model_ids_check(args.model)[:64]:
-                print("  NOTE: llama.cpp's ids of the prompt text differ from silkattn's")
+            print(f"{who:9s} {threads} thread(s): prefill {r['prefill_s']:.3f} s, "
+                  f"decode {r['decode_ms']:.2f} ms/token, peak RSS {r['rss_mib']:.0f} MiB")
+        if ("silkattn", threads) in rows and ("llama.cpp", threads) in rows:
+            report(rows["silkattn", threads], rows["llama.cpp", threads], args.model)
+
+
+def report(ours, theirs, path):
+    """The ratios of one thread count, and the output head's share and rates."""
+    ratio = {key: ours[key] / theirs[key] for key in ("decode_ms", "prefill_s", "rss_mib")}
+    print(f"  ratios (silkattn / llama.cpp): decode {ratio['decode_ms']:.2f}x, "
+          f"prefill {ratio['prefill_s']:.2f}x, RSS {ratio['rss_mib']:.2f}x; "
+          f"first 8 greedy tokens equal: {ours['first'] == theirs['first']}")
+    rates, gbs = ours["rates"], ours["head_gbs"]
+    print(f"  output head: {ours['head_ms']:.2f} ms a step ({ours['head_ms'] / ours['decode_ms']:.0%} of the "
+          f"step) at {gbs:.1f} GB/s: {gbs / rates['read']:.0%} of numpy's read rate "
+          f"({rates['read']:.1f} GB/s), "
+          f"{gbs / rates['copy']:.0%} of its copy rate ({rates['copy']:.1f} GB/s, bytes read + written)")
+    if theirs.get("tokens_of_text") != model_ids_check(path)[:64]:
+        print("  NOTE: llama.cpp's ids of the prompt text differ from silkattn's")
 
 
 def model_ids_check(path):

@@ -215,9 +215,7 @@ class Llama:
             q, first = qk[:hq], start
             if last_only and i + 1 == c.n_layers:  # the last layer's other rows reach no logit: skip them
                 q, first, X = q[:, -1:], end - 1, X[-1:]
-            window = None if c.window(i) is None else (c.window(i) - 1, -1)
-            A = ops.attention(q, K[:, :end], V[:, :end], causal=True, q_offset=first, window=window,
-                              scale=c.scale)  # (hq, rows, dh)
+            A = self._attend(q, K, V, first, end, c.window(i))  # (hq, rows, dh)
             X, H = self._residual(X, _linear(A.swapaxes(0, 1).reshape(len(X), -1), L.wo), L.post_attn_norm,
                                   L.ffn_norm)
             G = _linear(H, L.wgu)  # (n, 2 d_ff): gate | up
@@ -225,6 +223,21 @@ class Llama:
             X, H = self._residual(X, F, L.post_ffn_norm,
                                   self.layers[i + 1].attn_norm if i + 1 < c.n_layers else self.norm)
         return ops.linear(H[-1:] if last_only else H, self.head)
+
+    def _attend(self, q, K, V, first, end, w):  # q (hq, rows, dh) at positions first.., keys < end
+        """Causal attention over the cached keys, those within the window w back where w is set. One
+        position (a decoding step) sees every key it is given: a group's query heads then go in as
+        the rows of one K/V head's attention, which reads each cached row once for the group."""
+        hq, rows, dh = q.shape
+        hkv = K.shape[0]
+        if rows == 1 and hq % hkv == 0:
+            lo = 0 if w is None else max(0, end - w)
+            A = ops.attention(q.reshape(hkv, hq // hkv, dh), K[:, lo:end], V[:, lo:end],
+                              scale=self.config.scale)
+            return A.reshape(hq, 1, dh)
+        window = None if w is None else (w - 1, -1)
+        return ops.attention(q, K[:, :end], V[:, :end], causal=True, q_offset=first, window=window,
+                             scale=self.config.scale)
 
     def _residual(self, X, F, post_norm, following):  # -> (X + post_norm(F), following(X + post_norm(F)))
         if post_norm is not None:
