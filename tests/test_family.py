@@ -172,3 +172,21 @@ def test_architectures_outside_the_family_are_refused(tmp_path):
 def test_models_load_picks_by_architecture(files):
     model = silkattn.models.load(files["qwen2", "Q8_0"])
     assert model.config.arch == "qwen2" and model.config.family.qkv_bias
+
+
+def test_local_layers_keep_a_ring_of_their_window(files, on_backend):
+    """gemma3's five local layers hold 5 positions whatever the context, its global one all of them;
+    a prompt longer than the window (the prefill through the ring) then greedy decoding past it is
+    still the reference recomputing everything."""
+    model = llama.load(files["gemma3", "Q8_0"])
+    c = model.config
+    assert model.cache_positions(100) == [5, 5, 5, 5, 5, 100]
+    assert model.cache_bytes(100) == (5 * 5 + 100) * 2 * c.h_kv * c.d_head * 4
+    assert [layer.shape for layer in model.cache(100)][:2] == [(2, c.h_kv, 5, c.d_head)] * 2
+    assert model.cache_bytes(3) == 6 * 3 * 2 * c.h_kv * c.d_head * 4  # shorter than the window
+    prompt = [4, 9, 16, 25, 36, 49, 64, 81, 100, 121, 144]
+    new = model.generate(prompt, 6, ignore_eos=True)
+    ids, P64 = list(prompt), params64(model.params)
+    for token in new:
+        assert token == int(np.argmax(ref.llama(ids, P64)[-1]))
+        ids.append(token)

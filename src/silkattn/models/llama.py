@@ -161,10 +161,24 @@ class Llama:
         self._fits(len(ids), 0)
         return self._run(ids, self.cache(len(ids)), 0, last_only=False)
 
-    def cache(self, capacity):  # -> (n_layers, 2, h_kv, capacity, d_head) float32
-        """An empty KV cache for `capacity` positions: per layer K and V, only the K/V heads."""
+    def cache(self, capacity):  # -> per layer (2, h_kv, positions, d_head) float32
+        """An empty KV cache for `capacity` positions: per layer K and V, only the K/V heads; a layer
+        with a window holds only its window's positions (a ring: position p in slot p % window).
+        Without windows, one (n_layers, 2, h_kv, capacity, d_head) array (the fused step's)."""
         c = self.config
-        return np.empty((c.n_layers, 2, c.h_kv, capacity, c.d_head), np.float32)
+        sizes = self.cache_positions(capacity)
+        if len(set(sizes)) == 1:
+            return np.empty((c.n_layers, 2, c.h_kv, capacity, c.d_head), np.float32)
+        return [np.empty((2, c.h_kv, n, c.d_head), np.float32) for n in sizes]
+
+    def cache_positions(self, capacity):  # -> [positions a layer's cache holds]
+        c = self.config
+        return [capacity if c.window(i) is None else min(capacity, c.window(i)) for i in range(c.n_layers)]
+
+    def cache_bytes(self, capacity):  # -> int
+        """The bytes of cache(capacity): local layers their window's worth, global ones capacity's."""
+        c = self.config
+        return sum(self.cache_positions(capacity)) * 2 * c.h_kv * c.d_head * 4
 
     def _embed(self, ids):  # -> (n, d) float32, times the architecture's embedding scale
         quantized = isinstance(self.emb, quant.QuantizedMatrix)
@@ -209,13 +223,11 @@ class Llama:
                                      ops.rms_norm(qk[hq:], L.k_norm, c.eps)])
             base, factors = c.layer_rope(i)
             ops.rope(qk, positions, base, factors, out=qk)
-            K, V = cache[i]  # each (hkv, capacity, dh)
-            K[:, start:end] = qk[hq:]
-            V[:, start:end] = qkv[:, (hq + hkv) * dh:].reshape(n, hkv, dh).swapaxes(0, 1)
             q, first = qk[:hq], start
             if last_only and i + 1 == c.n_layers:  # the last layer's other rows reach no logit: skip them
                 q, first, X = q[:, -1:], end - 1, X[-1:]
-            A = self._attend(q, K, V, first, end, c.window(i))  # (hq, rows, dh)
+            v = qkv[:, (hq + hkv) * dh:].reshape(n, hkv, dh).swapaxes(0, 1)
+            A = self._cached_attention(q, qk[hq:], v, cache[i], start, first, c.window(i))  # (hq, rows, dh)
             X, H = self._residual(X, _linear(A.swapaxes(0, 1).reshape(len(X), -1), L.wo), L.post_attn_norm,
                                   L.ffn_norm)
             G = _linear(H, L.wgu)  # (n, 2 d_ff): gate | up
@@ -223,6 +235,27 @@ class Llama:
             X, H = self._residual(X, F, L.post_ffn_norm,
                                   self.layers[i + 1].attn_norm if i + 1 < c.n_layers else self.norm)
         return ops.linear(H[-1:] if last_only else H, self.head)
+
+    def _cached_attention(self, q, k, v, cache, start, first, w):
+        """k, v (hkv, n, dh) of positions start .. end written to the layer's cache (K, V), then q's
+        attention (positions first .. end) over it. A cache shorter than end is the window's ring:
+        the positions it holds are put back in order before the new ones, and the new ones it keeps
+        (the last of them) written to their slots."""
+        K, V = cache  # each (hkv, positions, dh)
+        end, size = start + k.shape[1], K.shape[1]
+        if size >= end:
+            K[:, start:end], V[:, start:end] = k, v
+            return self._attend(q, K, V, first, end, w)
+        keep = np.arange(max(start, end - size), end)  # the new positions the ring keeps
+        if end - start == 1:  # a decoding step: the ring, once written, is exactly its window
+            K[:, keep % size], V[:, keep % size] = k, v
+            return self._attend(q, K, V, first, size, None)
+        old = np.arange(max(0, start - w + 1), start)  # cached positions the first new one still sees
+        Kc, Vc = np.concatenate([K[:, old % size], k], 1), np.concatenate([V[:, old % size], v], 1)
+        K[:, keep % size], V[:, keep % size] = k[:, keep - start], v[:, keep - start]
+        lo = start - len(old)
+        return ops.attention(q, Kc, Vc, causal=True, q_offset=first - lo, window=(w - 1, -1),
+                             scale=self.config.scale)
 
     def _attend(self, q, K, V, first, end, w):  # q (hq, rows, dh) at positions first.., keys < end
         """Causal attention over the cached keys, those within the window w back where w is set. One
