@@ -26,7 +26,7 @@ SIZES = {"qwen2": dict(d=256, h=4, h_kv=2, d_ff=256), "llama": dict(d=256, h=4, 
          "gemma3": dict(d=256, h=4, h_kv=2, d_head=128, d_ff=512, n_layers=6, window=5, rope_base=1e6)}
 # one file of each architecture and type; "mixed": Q5_0 Q and K, Q8_0 V, Q4_K output, Q6_K down (the
 # Gemma 3 file's own mix, so the joined Q|K|V and gate|up keep parts of two types)
-TYPES = ["F32", "F16", "Q8_0", "Q4_1", "Q5_0", "Q4_K", "Q5_K", "Q6_K", "mixed"]
+TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "mixed"]
 
 
 def _mixed(n_layers):
