@@ -17,6 +17,10 @@
     X(linear_qx_rows, SA_PICK, (int kind, const T *x, int64_t k, int64_t m, const uint8_t *w,       \
                                 int64_t ldw, const T *b, int64_t j0, int64_t j1, T *y, int64_t ldy), \
       (kind, x, k, m, w, ldw, b, j0, j1, y, ldy))                                                   \
+    X(linear_q8x_rows, SA_PICK_Q8, (int kind, const int8_t *xq, const T *xd, const T *xs, int64_t k,   \
+                                    int64_t m, const uint8_t *w, int64_t ldw, const T *b, int64_t j0,  \
+                                    int64_t j1, T *y, int64_t ldy),                                    \
+      (kind, xq, xd, xs, k, m, w, ldw, b, j0, j1, y, ldy))                                          \
     X(dequantize_rows, SA_PICK, (int kind, const uint8_t *w, int64_t ldw, int64_t k, int64_t j0,    \
                                  int64_t rows, T *out),                                             \
       (kind, w, ldw, k, j0, rows, out))                                                             \

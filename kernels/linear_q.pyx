@@ -24,6 +24,9 @@ cdef extern from "linear_q.h" nogil:
                                int64_t j1, float *y, int64_t ldy)
     void sa_linear_qx_rows_f32(int isa, int kind, const float *x, int64_t k, int64_t m, const uint8_t *w,
                                int64_t ldw, const float *b, int64_t j0, int64_t j1, float *y, int64_t ldy)
+    void sa_linear_q8x_rows_f32(int isa, int kind, const int8_t *xq, const float *xd, const float *xs, int64_t k,
+                                int64_t m, const uint8_t *w, int64_t ldw, const float *b, int64_t j0, int64_t j1,
+                                float *y, int64_t ldy)
     void sa_dequantize_rows_f32(int isa, int kind, const uint8_t *w, int64_t ldw, int64_t k, int64_t j0,
                                 int64_t rows, float *out)
     void sa_panel_dots_f32(int isa, const float *x, int64_t k, int64_t m, const float *p, int64_t rows, float *y,
@@ -98,13 +101,18 @@ def linear_q(const float[:, ::1] x, const uint8_t[:, ::1] blocks, int kind, cons
 
 
 def linear_qx(const float[:, ::1] x, const uint8_t[:, ::1] blocks, int kind, const float[::1] b,
-              float[:, ::1] out, bint has_bias, int num_threads):
+              float[:, ::1] out, bint has_bias, bint q8, int num_threads):
     """out = x W (+ b) for W = dequantize(blocks, KINDS[kind])^T, kind one of the types after
     ROW_KINDS (Q5_0 .. Q6_K), float32 x (m, k), 1 <= m <= 8: each block decoded once in registers
-    for all the rows of x. The threads share W's rows, ROWS_PER_TASK a task."""
+    for all the rows of x. With q8, x is reference.round_q8(x) and the products integer ones (W's
+    32 weights a run as unsigned bytes). The threads share W's rows, ROWS_PER_TASK a task."""
     cdef Py_ssize_t m = x.shape[0], k = x.shape[1], n = blocks.shape[0], ldw = blocks.shape[1], t
     cdef Py_ssize_t ntasks = (n + ROWS_PER_TASK - 1) // ROWS_PER_TASK
+    cdef Py_ssize_t nxs = m * ((k // 32 + SA_QCH - 1) // SA_QCH * SA_QCH)
     cdef const float *bias = NULL
+    cdef float *xs = NULL
+    cdef float *xd = NULL
+    cdef int8_t *xq = NULL
     # what keeps the C kernel within its arrays (the caller, silkattn._api, has checked them)
     if not len(ROW_KINDS) <= kind < len(KINDS) or not 1 <= m <= SA_QROWS or not _fits(kind, k, ldw) or n <= 0:
         raise ValueError(f"linear_qx: kind {kind}, x of shape ({m}, {k}) or {n} rows of W out of range")
@@ -115,10 +123,30 @@ def linear_qx(const float[:, ::1] x, const uint8_t[:, ::1] blocks, int kind, con
         if b.shape[0] != n:
             raise ValueError(f"linear_qx: b must have {n} elements, got {b.shape[0]}")
         bias = &b[0]
+    if q8:
+        xs = <float *>sa_alloc(nxs * sizeof(float))
+        xd = <float *>sa_alloc(nxs * sizeof(float))
+        xq = <int8_t *>sa_alloc(m * k)
+        if xs == NULL or xd == NULL or xq == NULL:
+            free(xs)
+            free(xd)
+            free(xq)
+            raise MemoryError("linear_qx could not allocate x's 8-bit blocks")
     with nogil:
-        for t in prange(ntasks, num_threads=num_threads, schedule="static"):
-            sa_linear_qx_rows_f32(ISA, kind, &x[0, 0], k, m, &blocks[0, 0], ldw, bias, t * ROWS_PER_TASK,
-                                  min(n, (t + 1) * ROWS_PER_TASK), &out[0, 0], n)
+        if q8:
+            memset(xs, 0, nxs * sizeof(float))
+            memset(xd, 0, nxs * sizeof(float))
+            sa_quantize_q8_f32(ISA, &x[0, 0], k, m, xq, xd, xs)
+            for t in prange(ntasks, num_threads=num_threads, schedule="static"):
+                sa_linear_q8x_rows_f32(ISA, kind, xq, xd, xs, k, m, &blocks[0, 0], ldw, bias, t * ROWS_PER_TASK,
+                                       min(n, (t + 1) * ROWS_PER_TASK), &out[0, 0], n)
+        else:
+            for t in prange(ntasks, num_threads=num_threads, schedule="static"):
+                sa_linear_qx_rows_f32(ISA, kind, &x[0, 0], k, m, &blocks[0, 0], ldw, bias, t * ROWS_PER_TASK,
+                                      min(n, (t + 1) * ROWS_PER_TASK), &out[0, 0], n)
+    free(xs)
+    free(xd)
+    free(xq)
 
 
 def dequantize(const uint8_t[:, ::1] blocks, int kind, Py_ssize_t j0, float[:, ::1] out, int num_threads):

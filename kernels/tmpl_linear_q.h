@@ -572,6 +572,170 @@ static void SA_FN(sa_linear_qx_rows)(int kind, const SA_T *x, int64_t k, int64_t
 #undef SA_QX_CALL
 }
 
+/* ---- int8 activations for the other kinds (Q5_0 .. Q6_K): x's rows rounded to 8 bits a block of
+ * 32 as for the kinds above (sa_quantize_q8: xq, xd, xs = d sum(q)), and each 32 weights of W built
+ * as 32 unsigned bytes q (0 .. 63) with w = s q + o per run of 16 or 32: x . w over the run is
+ * xd s (q_x . q) + o xd sum(q_x), the integer product one sa_q8_dot. The per-16 runs (Q6_K's
+ * scales) are the dot's lanes 0-3 and 4-7: s and o go in as 8 lanes, and sum(q_x) per lane comes
+ * from a second dot with ones. */
+
+#if SA_X86 && SA_VBYTES > 16
+/* byte t (of 32): bit t of h, as 16 where set */
+static inline SA_FN(qbytes) SA_FN(sa_q8x_fifth)(uint32_t h) {
+    const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h),
+                                              _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                                               2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit), _mm256_set1_epi8(16));
+}
+/* (v >> shift) & mask, byte-wise */
+static inline SA_FN(qbytes) SA_FN(sa_q8x_bits)(SA_FN(qbytes) v, int shift, int mask) {
+    return _mm256_and_si256(_mm256_srli_epi16(v, shift), _mm256_set1_epi8((char)mask));
+}
+static inline SA_FN(qbytes) SA_FN(sa_q8x_or_shl4)(SA_FN(qbytes) a, SA_FN(qbytes) b) {  /* a | b << 4 */
+    return _mm256_or_si256(a, _mm256_slli_epi16(b, 4));
+}
+static inline SA_FN(qbytes) SA_FN(sa_q8x_or)(SA_FN(qbytes) a, SA_FN(qbytes) b) { return _mm256_or_si256(a, b); }
+static inline SA_FN(qbytes) SA_FN(sa_q8x_ones)(void) { return _mm256_set1_epi8(1); }
+#else
+static inline SA_FN(qbytes) SA_FN(sa_q8x_fifth)(uint32_t h) {
+    SA_FN(qbytes) q;
+    for (int t = 0; t < 32; t++) q.b[t] = (uint8_t)(((h >> t) & 1) << 4);
+    return q;
+}
+static inline SA_FN(qbytes) SA_FN(sa_q8x_bits)(SA_FN(qbytes) v, int shift, int mask) {
+    for (int t = 0; t < 32; t++) v.b[t] = (uint8_t)((v.b[t] >> shift) & mask);
+    return v;
+}
+static inline SA_FN(qbytes) SA_FN(sa_q8x_or_shl4)(SA_FN(qbytes) a, SA_FN(qbytes) b) {
+    for (int t = 0; t < 32; t++) a.b[t] = (uint8_t)(a.b[t] | b.b[t] << 4);
+    return a;
+}
+static inline SA_FN(qbytes) SA_FN(sa_q8x_or)(SA_FN(qbytes) a, SA_FN(qbytes) b) {
+    for (int t = 0; t < 32; t++) a.b[t] |= b.b[t];
+    return a;
+}
+static inline SA_FN(qbytes) SA_FN(sa_q8x_ones)(void) {
+    SA_FN(qbytes) q;
+    memset(q.b, 1, 32);
+    return q;
+}
+#endif
+
+/* acc[r] += (q_x . q) xd s + o xs for the M rows' block i of x (32 values), s and o one per run of 32 */
+static inline __attribute__((always_inline)) void SA_FN(sa_q8x_run)(const int M, SA_FN(qbytes) q, SA_T s, SA_T o,
+                                                                    const int8_t *xq, const SA_T *xd,
+                                                                    const SA_T *xs, int64_t k, int64_t nbp,
+                                                                    int64_t i, SA_FN(v8f) *acc, SA_T *off) {
+#pragma GCC unroll 8
+    for (int r = 0; r < M; r++) {
+        const SA_FN(v8i) dot = SA_FN(sa_q8_dot)(q, SA_FN(sa_q8_load)(xq + r * k + i * 32));
+        acc[r] += __builtin_convertvector(dot, SA_FN(v8f)) * (s * xd[r * nbp + i]);
+        off[r] += o * xs[r * nbp + i];
+    }
+}
+
+/* the same with s and o per run of 16 (lanes 0-3 the first 16 values, 4-7 the second) */
+static inline __attribute__((always_inline)) void SA_FN(sa_q8x_run16)(const int M, SA_FN(qbytes) q, SA_T s0,
+                                                                      SA_T s1, SA_T o0, SA_T o1, const int8_t *xq,
+                                                                      const SA_T *xd, int64_t k, int64_t nbp,
+                                                                      int64_t i, SA_FN(v8f) *acc) {
+    const SA_FN(v8f) s = {s0, s0, s0, s0, s1, s1, s1, s1}, o = {o0, o0, o0, o0, o1, o1, o1, o1};
+#pragma GCC unroll 8
+    for (int r = 0; r < M; r++) {
+        const SA_FN(qbytes) qx = SA_FN(sa_q8_load)(xq + r * k + i * 32);
+        const SA_FN(v8i) dot = SA_FN(sa_q8_dot)(q, qx), sum = SA_FN(sa_q8_dot)(SA_FN(sa_q8x_ones)(), qx);
+        const SA_T d = xd[r * nbp + i];
+        acc[r] += (__builtin_convertvector(dot, SA_FN(v8f)) * s + __builtin_convertvector(sum, SA_FN(v8f)) * o) * d;
+    }
+}
+
+/* One row of W (kind Q5_0 .. Q6_K, at wj) against the M rows of x: acc, off as sa_q8x_run's */
+static inline __attribute__((always_inline)) void SA_FN(sa_q8x_row)(const int kind, const int M, const uint8_t *wj,
+                                                                    int64_t ldw_ahead, const int8_t *xq,
+                                                                    const SA_T *xd, const SA_T *xs, int64_t k,
+                                                                    SA_FN(v8f) *acc, SA_T *off) {
+    const int bytes = SA_QBYTES(kind), weights = SA_QWEIGHTS(kind);
+    const int64_t nb = k / weights, nbp = (k / 32 + SA_QCH - 1) / SA_QCH * SA_QCH;
+    for (int64_t blk = 0; blk < nb; blk++) {
+        const uint8_t *p = wj + blk * bytes;
+        if (ldw_ahead) __builtin_prefetch(p + ldw_ahead, 0, SA_QLOC);
+        const int64_t i = blk * weights / 32;  /* x's first block of 32 here */
+        if (kind == SA_Q5_0 || kind == SA_Q5_1) {
+            const int one = kind == SA_Q5_1;
+            const SA_T d = SA_FN(sa_q8_half)(p), m = one ? SA_FN(sa_q8_half)(p + 2) : -16 * d;
+            uint32_t h;
+            memcpy(&h, p + (one ? 4 : 2), 4);
+            const SA_FN(qbytes) q = SA_FN(sa_q8x_or)(SA_FN(sa_q8_w4)(p + (one ? 8 : 6)), SA_FN(sa_q8x_fifth)(h));
+            SA_FN(sa_q8x_run)(M, q, d, m, xq, xd, xs, k, nbp, i, acc, off);
+        } else if (kind == SA_Q4_K || kind == SA_Q5_K) {
+            const SA_T d = SA_FN(sa_q8_half)(p), dmin = SA_FN(sa_q8_half)(p + 2);
+            const uint8_t *s = p + 4, *qs = p + bytes - 128;
+            const SA_FN(qbytes) high = SA_FN(sa_q8_load)(p + 16);
+            for (int b = 0; b < 8; b += 2) {
+                const SA_FN(qbytes) q = SA_FN(sa_q8_load)(qs + 16 * b);
+                SA_FN(qbytes) lo = SA_FN(sa_q8x_bits)(q, 0, 15), hi = SA_FN(sa_q8x_bits)(q, 4, 15);
+                if (kind == SA_Q5_K) {
+                    lo = SA_FN(sa_q8x_or_shl4)(lo, SA_FN(sa_q8x_bits)(high, b, 1));
+                    hi = SA_FN(sa_q8x_or_shl4)(hi, SA_FN(sa_q8x_bits)(high, b + 1, 1));
+                }
+                for (int u = 0; u < 2; u++) {
+                    const int c = b + u;
+                    const int sc = c < 4 ? s[c] & 63 : (s[c + 4] & 15) | (s[c - 4] >> 6) << 4;
+                    const int mn = c < 4 ? s[c + 4] & 63 : (s[c + 4] >> 4) | (s[c] >> 6) << 4;
+                    SA_FN(sa_q8x_run)(M, u ? hi : lo, d * (SA_T)sc, -(dmin * (SA_T)mn), xq, xd, xs, k, nbp, i + c,
+                                      acc, off);
+                }
+            }
+        } else {  /* Q6_K */
+            const SA_T d = SA_FN(sa_q8_half)(p + 208);
+            for (int h = 0; h < 2; h++) {
+                const SA_FN(qbytes) a = SA_FN(sa_q8_load)(p + 64 * h), c = SA_FN(sa_q8_load)(p + 64 * h + 32);
+                const SA_FN(qbytes) top = SA_FN(sa_q8_load)(p + 128 + 32 * h);
+                const int8_t *sc = (const int8_t *)(p + 192 + 8 * h);
+                const SA_FN(qbytes) q[4] = {
+                    SA_FN(sa_q8x_or_shl4)(SA_FN(sa_q8x_bits)(a, 0, 15), SA_FN(sa_q8x_bits)(top, 0, 3)),
+                    SA_FN(sa_q8x_or_shl4)(SA_FN(sa_q8x_bits)(c, 0, 15), SA_FN(sa_q8x_bits)(top, 2, 3)),
+                    SA_FN(sa_q8x_or_shl4)(SA_FN(sa_q8x_bits)(a, 4, 15), SA_FN(sa_q8x_bits)(top, 4, 3)),
+                    SA_FN(sa_q8x_or_shl4)(SA_FN(sa_q8x_bits)(c, 4, 15), SA_FN(sa_q8x_bits)(top, 6, 3))};
+                for (int g = 0; g < 4; g++) {
+                    const SA_T s0 = d * (SA_T)sc[2 * g], s1 = d * (SA_T)sc[2 * g + 1];
+                    SA_FN(sa_q8x_run16)(M, q[g], s0, s1, -32 * s0, -32 * s1, xq, xd, k, nbp, i + 4 * h + g, acc);
+                }
+            }
+        }
+    }
+}
+
+/* y[:m, j0:j1] = round_q8(x) W[j0:j1]^T (+ b) for W's kind one of Q5_0 .. Q6_K, x given as
+ * sa_quantize_q8's xq, xd, xs; the next row prefetched. */
+static inline __attribute__((always_inline)) void SA_FN(sa_q8x_rows)(const int kind, const int M, const int8_t *xq,
+                                                                     const SA_T *xd, const SA_T *xs, int64_t k,
+                                                                     const uint8_t *w, int64_t ldw, const SA_T *b,
+                                                                     int64_t j0, int64_t j1, SA_T *y, int64_t ldy) {
+    for (int64_t j = j0; j < j1; j++) {
+        SA_FN(v8f) acc[SA_QROWS];
+        SA_T off[SA_QROWS];
+#pragma GCC unroll 8
+        for (int r = 0; r < M; r++) acc[r] = (SA_FN(v8f)){0}, off[r] = 0;
+        SA_FN(sa_q8x_row)(kind, M, w + j * ldw, j + 1 < j1 ? ldw : 0, xq, xd, xs, k, acc, off);
+#pragma GCC unroll 8
+        for (int r = 0; r < M; r++) {
+            const SA_FN(v8f) v = acc[r];
+            const SA_T s = ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
+            y[r * ldy + j] = s + off[r] + (b ? b[j] : 0);
+        }
+    }
+}
+
+static void SA_FN(sa_linear_q8x_rows)(int kind, const int8_t *xq, const SA_T *xd, const SA_T *xs, int64_t k,
+                                      int64_t m, const uint8_t *w, int64_t ldw, const SA_T *b, int64_t j0,
+                                      int64_t j1, SA_T *y, int64_t ldy) {
+#define SA_Q8X_CALL(K, M) SA_FN(sa_q8x_rows)(K, M, xq, xd, xs, k, w, ldw, b, j0, j1, y, ldy)
+    SA_QX_SWITCH(kind, m, SA_Q8X_CALL)
+#undef SA_Q8X_CALL
+}
+
 /* y[r, j] = x[r] . p[j] for the m rows of x (m, k) and the rows j < rows of a dequantized panel p
  * (rows, k): a few rows of x against a type without a row kernel, where a BLAS GEMM would pack the
  * whole panel for them. */

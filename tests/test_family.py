@@ -190,3 +190,22 @@ def test_local_layers_keep_a_ring_of_their_window(files, on_backend):
     for token in new:
         assert token == int(np.argmax(ref.llama(ids, P64)[-1]))
         ids.append(token)
+
+
+@pytest.mark.parametrize("arch", list(SIZES))
+def test_int8_activations_of_every_type_match_their_reference(files, arch, on_backend):
+    """load(activations="int8") on the mixed file (Q5_0, Q8_0, Q4_K, Q6_K: the integer products of
+    linear_qx and linear_q): the forward pass and greedy decoding's logits against reference.llama
+    with every product's rows rounded (reference.RoundsQ8), within TOL_Q8."""
+    from test_llama import q8_params
+
+    from silkattn._testing import TOL_Q8
+    model = llama.load(files[arch, "mixed"], activations="int8")
+    assert all(W.q8 for L in model.layers for W in L.products)
+    P, ids = q8_params(model.params), [4, 9, 16, 25, 36, 49, 64, 81, 100]
+    assert_matches(model.forward(ids), ref.llama(ids, P), np.float32, TOL_Q8)
+    cache = model.cache(len(ids))
+    model._run(np.array(ids[:3]), cache, 0)
+    for p in range(3, len(ids)):
+        logits = model._run(np.array(ids[p:p + 1]), cache, p)
+        assert_matches(logits[-1], ref.llama(ids[:p + 1], P)[-1], np.float32, TOL_Q8)

@@ -370,12 +370,14 @@ def test_the_few_row_kernel_of_the_other_kinds_checks_what_it_is_given(backend, 
     for m in (1, 5, 8):
         X = rng.standard_normal((m, k)).astype(np.float32)
         out = np.empty((m, 40), np.float32)
-        kernel(X, W.blocks, W.code, b, out, False, 2)
+        kernel(X, W.blocks, W.code, b, out, False, False, 2)
         X64, W64 = f64(X, ref.dequantize(W.blocks, kind).T)
         assert (np.abs(out - X64 @ W64) <= (k + 2) * 2.0 ** -24 * (np.abs(X64) @ np.abs(W64))).all()
     with pytest.raises(ValueError, match="linear_qx"):
-        kernel(X, W.blocks, KINDS.index("Q8_0"), b, out, False, 1)
+        kernel(X, W.blocks, KINDS.index("Q8_0"), b, out, False, False, 1)
     with pytest.raises(ValueError, match="linear_qx"):
-        kernel(np.ones((9, k), np.float32), W.blocks, W.code, b, np.empty((9, 40), np.float32), False, 1)
+        kernel(np.ones((9, k), np.float32), W.blocks, W.code, b, np.empty((9, 40), np.float32), False, False,
+               1)
     with pytest.raises(ValueError, match="linear_qx"):
-        kernel(np.ones((1, 2 * k), np.float32), W.blocks, W.code, b, np.empty((1, 40), np.float32), False, 1)
+        kernel(np.ones((1, 2 * k), np.float32), W.blocks, W.code, b, np.empty((1, 40), np.float32), False,
+               False, 1)

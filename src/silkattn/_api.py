@@ -257,8 +257,8 @@ def linear_q(kernels, X, W, b, out):
     """linear with W a QuantizedMatrix, in np.result_type(X, float32) (b's dtype too, as for a float
     W), of X or, for W.activations "int8", of reference.round_q8(X): a few float32 rows run the
     backend's linear_q kernel on W's blocks (integer products for int8) where W's kind has one
-    (quant.ROW_KINDS), or with float32 activations its linear_qx kernel (the other kinds, each block
-    decoded in registers); more float32 rows, or int8 ones of the other kinds, take numpy's GEMM on W
+    (quant.ROW_KINDS), or its linear_qx kernel (the other kinds, each block decoded in registers;
+    integer products too); more float32 rows take numpy's GEMM on W
     dequantized a panel at a time (the backend's dequantize kernel, never the whole matrix);
     float64, or a backend without those kernels, numpy's matmul with W.dequantize()."""
     X = as_float_array(X, "X")
@@ -279,9 +279,9 @@ def linear_q(kernels, X, W, b, out):
         kernels.linear_q(_rows(X), W.blocks, W.code, _NO_BIAS[dtype] if b is None else b, out.reshape(-1, n),
                          b is not None, W.q8, threads_for(k * n, LINEAR_WORK))
         return out
-    if not rowed and not W.q8 and kernels.linear_qx is not None and few:
+    if not rowed and kernels.linear_qx is not None and few:
         kernels.linear_qx(_rows(X), W.blocks, W.code, _NO_BIAS[dtype] if b is None else b, out.reshape(-1, n),
-                          b is not None, threads_for(k * n, LINEAR_WORK))
+                          b is not None, W.q8, threads_for(k * n, LINEAR_WORK))
         return out
     X = X.astype(dtype, copy=False)
     if W.q8 and X.size:
