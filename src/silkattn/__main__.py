@@ -74,7 +74,7 @@ def _print_stream(pieces):
     for piece in pieces:
         out.append(piece)
         print(piece, end="", flush=True)
-    print()
+    print(flush=True)  # before the stats line on stderr
     return "".join(out)
 
 
