@@ -37,10 +37,15 @@ typedef struct {
     int post_norm;                 /* 0: x += f(norm(x)); 1: x = norm(x + f(x)) */
     float eps;
     sa_norm norm1, norm_cross, norm2;
-    sa_matrix qkv, o, cross_q, cross_o, up, down;  /* cross_q.w NULL: no cross-attention */
-    int swiglu;                    /* up is gate | up (2 d_ff): silu(g) u; else relu(in up + b) */
+    sa_matrix qkv[3], o, cross_q, cross_o, up[2], down;  /* cross_q.w NULL: no cross-attention */
+    int n_qkv, n_up;               /* qkv's and up's parts (their outputs side by side) */
+    int gate;                      /* up is gate | up (2 d_ff): 1 silu(g) u, 2 gelu_tanh(g) u; 0: relu(in up + b) */
+    const float *q_norm, *k_norm;  /* (dh,) RMSNorm gains of each Q and K head before rotary, or NULL */
+    const float *post1, *post2;    /* (d,) RMSNorm gains of the sublayers' outputs (sandwich), or NULL */
+    float scale;                   /* the attention scores' factor */
     float *K, *V;                  /* the layer's cache: K/V head g's row t at K + g head_stride + t row_stride */
-    int64_t head_stride, row_stride, pos;
+    int64_t head_stride, row_stride;
+    int64_t row, key0, nkeys;      /* this token's cache row; the rows its query sees, key0 .. key0 + nkeys */
     const float *cos, *sin;        /* (dh / 2,) the rotary row of position pos, or NULL: no rotary */
     const float *Km, *Vm;          /* cross-attention's keys and values: (n_src, d), heads side by side */
     const uint8_t *keep;           /* (n_src,): 0 at padded source tokens, or NULL */
@@ -57,7 +62,8 @@ typedef struct {
 #define SA_LAYER_ROWS 16  /* outputs of a quantized product per task, as linear_q.pyx's ROWS_PER_TASK */
 
 /* y = (r +) act(in W + b) over the team (act: relu or none); the caller's barrier before; L's
- * scratch: the block sums (and with q8 the int8 x and its scales) or the threads' partial products */
+ * scratch: the block sums (and with q8 the int8 x and its scales) or the threads' partial products.
+ * Blocks of the kinds after the row kernels' (Q5_0 .. Q6_K) go through linear_qx's rows. */
 static inline void sa_layer_product(int isa, const sa_layer *L, const sa_matrix *W, const float *in,
                                     const float *r, int relu, float *y) {
     float *xs = L->xs, *parts = L->parts;
@@ -82,11 +88,12 @@ static inline void sa_layer_product(int isa, const sa_layer *L, const sa_matrix 
             SA_PICK(sa_sum_parts_f32, isa)(parts, T, n, W->b, r, relu, j0, j0 + 256 < n ? j0 + 256 : n, y);
         return;
     }
-    const int64_t ldw = k / 32 * SA_QBYTES(W->kind), tasks = (n + SA_LAYER_ROWS - 1) / SA_LAYER_ROWS;
+    const int ext = W->kind >= SA_QROW_KINDS;
+    const int64_t ldw = k / SA_QWEIGHTS(W->kind) * SA_QBYTES(W->kind), tasks = (n + SA_LAYER_ROWS - 1) / SA_LAYER_ROWS;
 #ifdef _OPENMP
 #pragma omp single
 #endif
-    if (W->kind != SA_Q8_0 || L->q8) {
+    if ((W->kind != SA_Q8_0 && !ext) || L->q8) {
         const int64_t nbp = (k / 32 + SA_QCH - 1) / SA_QCH * SA_QCH;
         for (int64_t i = 0; i < nbp; i++) xs[i] = 0;
         if (L->q8) {
@@ -104,7 +111,12 @@ static inline void sa_layer_product(int isa, const sa_layer *L, const sa_matrix 
 #endif
     for (int64_t t = 0; t < tasks; t++) {
         const int64_t j0 = t * SA_LAYER_ROWS, j1 = j0 + SA_LAYER_ROWS < n ? j0 + SA_LAYER_ROWS : n;
-        if (L->q8)
+        if (ext && L->q8)
+            SA_PICK_Q8(sa_linear_q8x_rows_f32, isa)(W->kind, L->xq, L->xd, xs, k, 1, (const uint8_t *)W->w, ldw,
+                                                    add, j0, j1, y, n);
+        else if (ext)
+            SA_PICK(sa_linear_qx_rows_f32, isa)(W->kind, in, k, 1, (const uint8_t *)W->w, ldw, add, j0, j1, y, n);
+        else if (L->q8)
             SA_PICK_Q8(sa_linear_q8_rows_f32, isa)(W->kind, L->xq, L->xd, xs, k, 1, (const uint8_t *)W->w, ldw, n,
                                                    add, j0, j1, y, n);
         else
@@ -120,12 +132,60 @@ static inline void sa_layer_norm(int isa, const sa_norm *N, const float *x, floa
         SA_PICK(sa_rms_norm_row_f32, isa)(x, N->g, eps, out, d);
 }
 
+/* y = in [W_0 | W_1 | ...] (+ b), act relu or none: the parts' outputs side by side */
+static inline void sa_layer_parts(int isa, const sa_layer *L, const sa_matrix *W, int parts, const float *in,
+                                  int relu, float *y) {
+    for (int p = 0; p < parts; p++) {
+        sa_layer_product(isa, L, W + p, in, NULL, relu, y);
+        y += W[p].n;
+    }
+}
+
+/* x += rms_norm(y) (a sandwich norm's output added to the residual), on one thread */
+static inline void sa_layer_add_normed(int isa, const sa_layer *L, const float *g, float *y) {
+    SA_PICK(sa_rms_norm_row_f32, isa)(y, g, L->eps, y, L->d);
+    for (int64_t j = 0; j < L->d; j++) L->x[j] += y[j];
+}
+
+/* The output product of a sublayer: x += in Wo, or with a sandwich norm x += rms_norm(in Wo), the
+ * product then into y (scratch of d) */
+static inline void sa_layer_out(int isa, const sa_layer *L, const sa_matrix *Wo, const float *in,
+                                const float *post, float *y) {
+    if (!post) {
+        sa_layer_product(isa, L, Wo, in, L->x, 0, L->x);
+        return;
+    }
+    sa_layer_product(isa, L, Wo, in, NULL, 0, y);
+#ifdef _OPENMP
+#pragma omp single
+#endif
+    sa_layer_add_normed(isa, L, post, y);
+}
+
+/* This token's Q and K heads normed (QK-norm) and turned (rotary), its K and V heads to the cache */
+static inline void sa_layer_heads(int isa, const sa_layer *L) {
+    const int64_t h = L->h, hkv = L->h_kv, dh = L->dh;
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+    for (int64_t u = 0; u < h + 2 * hkv; u++) {  /* Q heads, K heads, V heads */
+        float *head = L->qkv_out + u * dh;
+        const float *gain = u < h ? L->q_norm : u < h + hkv ? L->k_norm : NULL;
+        if (gain) SA_PICK(sa_rms_norm_row_f32, isa)(head, gain, L->eps, head, dh);
+        if (u < h + hkv && L->cos) SA_PICK(sa_rope_row_f32, isa)(head, L->cos, L->sin, head, dh / 2);
+        if (u >= h) {
+            const int64_t g = u < h + hkv ? u - h : u - h - hkv;
+            float *row = (u < h + hkv ? L->K : L->V) + g * L->head_stride + L->row * L->row_stride;
+            for (int64_t j = 0; j < dh; j++) row[j] = head[j];
+        }
+    }
+}
+
 /* One attention sublayer: in is its input row (norm(x), or x post-norm); qkv_out: the projection's
  * output, Q heads then (self-attention) K and V heads; afterwards x is updated (residual, norm). */
 static inline void sa_layer_attention(int isa, const sa_layer *L, const sa_norm *N, const sa_matrix *Wq,
-                                      const sa_matrix *Wo, int cross) {
+                                      int n_q, const sa_matrix *Wo, const float *post, int cross) {
     const int64_t h = L->h, hkv = L->h_kv, dh = L->dh, d = L->d, group = h / hkv;
-    const float scale = 1 / sqrtf((float)dh);
     const float *in = L->x;
     if (!L->post_norm) {
 #ifdef _OPENMP
@@ -134,33 +194,20 @@ static inline void sa_layer_attention(int isa, const sa_layer *L, const sa_norm 
         sa_layer_norm(isa, N, L->x, L->eps, L->hn, d);
         in = L->hn;
     }
-    sa_layer_product(isa, L, Wq, in, NULL, 0, L->qkv_out);
-    if (!cross) {
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
-        for (int64_t u = 0; u < h + 2 * hkv; u++) {  /* Q heads, K heads, V heads */
-            float *head = L->qkv_out + u * dh;
-            if (u < h + hkv && L->cos) SA_PICK(sa_rope_row_f32, isa)(head, L->cos, L->sin, head, dh / 2);
-            if (u >= h) {
-                const int64_t g = u < h + hkv ? u - h : u - h - hkv;
-                float *row = (u < h + hkv ? L->K : L->V) + g * L->head_stride + L->pos * L->row_stride;
-                for (int64_t j = 0; j < dh; j++) row[j] = head[j];
-            }
-        }
-    }
+    sa_layer_parts(isa, L, Wq, n_q, in, 0, L->qkv_out);
+    if (!cross) sa_layer_heads(isa, L);
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
     for (int64_t u = 0; u < h; u++) {
-        const int64_t g = u / group;
-        const float *K = cross ? L->Km + g * dh : L->K + g * L->head_stride;
-        const float *V = cross ? L->Vm + g * dh : L->V + g * L->head_stride;
+        const int64_t g = u / group, first = cross ? 0 : L->key0 * L->row_stride;
+        const float *K = cross ? L->Km + g * dh : L->K + g * L->head_stride + first;
+        const float *V = cross ? L->Vm + g * dh : L->V + g * L->head_stride + first;
         SA_PICK(sa_decode_head_f32, isa)(L->qkv_out + u * dh, K, V, cross ? d : L->row_stride,
-                                         cross ? L->n_src : L->pos + 1, dh, scale, cross ? L->keep : NULL,
+                                         cross ? L->n_src : L->nkeys, dh, L->scale, cross ? L->keep : NULL,
                                          L->scores + u * L->ld_scores, L->a + u * dh);
     }
-    sa_layer_product(isa, L, Wo, L->a, L->x, 0, L->x);
+    sa_layer_out(isa, L, Wo, L->a, post, L->hn);  /* hn is free: the projection has read it */
     if (L->post_norm) {
 #ifdef _OPENMP
 #pragma omp single
@@ -176,8 +223,8 @@ static void sa_layer_run(int isa, const sa_layer *L, int num_threads) {
 #endif
     {
         const int64_t d = L->d, dff = L->down.k;
-        sa_layer_attention(isa, L, &L->norm1, &L->qkv, &L->o, 0);
-        if (L->cross_q.w) sa_layer_attention(isa, L, &L->norm_cross, &L->cross_q, &L->cross_o, 1);
+        sa_layer_attention(isa, L, &L->norm1, L->qkv, L->n_qkv, &L->o, L->post1, 0);
+        if (L->cross_q.w) sa_layer_attention(isa, L, &L->norm_cross, &L->cross_q, 1, &L->cross_o, NULL, 1);
         const float *in = L->x;
         if (!L->post_norm) {
 #ifdef _OPENMP
@@ -186,15 +233,21 @@ static void sa_layer_run(int isa, const sa_layer *L, int num_threads) {
             sa_layer_norm(isa, &L->norm2, L->x, L->eps, L->hn, d);
             in = L->hn;
         }
-        /* the hidden row: silu(g) u into hn (up's output, gate | up, in f), or relu(in up + b) in f */
-        sa_layer_product(isa, L, &L->up, in, NULL, !L->swiglu, L->f);
-        if (L->swiglu) {
+        /* the hidden row: act(g) u into hn (up's output, gate | up, in f), or relu(in up + b) in f */
+        sa_layer_parts(isa, L, L->up, L->n_up, in, !L->gate, L->f);
+        if (L->gate) {
 #ifdef _OPENMP
 #pragma omp single
 #endif
-            SA_PICK(sa_silu_mul_row_f32, isa)(L->f, L->f + dff, L->hn, dff);
+            {
+                if (L->gate == 2)
+                    SA_PICK(sa_gelu_tanh_mul_row_f32, isa)(L->f, L->f + dff, L->hn, dff);
+                else
+                    SA_PICK(sa_silu_mul_row_f32, isa)(L->f, L->f + dff, L->hn, dff);
+            }
         }
-        sa_layer_product(isa, L, &L->down, L->swiglu ? L->hn : L->f, L->x, 0, L->x);
+        /* a sandwich norm's product goes to the buffer the down product does not read */
+        sa_layer_out(isa, L, &L->down, L->gate ? L->hn : L->f, L->post2, L->gate ? L->f : L->hn);
         if (L->post_norm) {
 #ifdef _OPENMP
 #pragma omp single

@@ -28,11 +28,19 @@ cdef extern from "layer_step.h" nogil:
         int post_norm
         float eps
         sa_norm norm1, norm_cross, norm2
-        sa_matrix qkv, o, cross_q, cross_o, up, down
-        int swiglu
+        sa_matrix qkv[3]
+        sa_matrix o, cross_q, cross_o
+        sa_matrix up[2]
+        sa_matrix down
+        int n_qkv, n_up, gate
+        const float *q_norm
+        const float *k_norm
+        const float *post1
+        const float *post2
+        float scale
         float *K
         float *V
-        int64_t head_stride, row_stride, pos
+        int64_t head_stride, row_stride, row, key0, nkeys
         const float *cos
         const float *sin
         const float *Km
@@ -85,9 +93,18 @@ cdef class _Layer:
         S = step.scratch
         self.step = step
         L.d, L.h, L.h_kv, L.dh = step.d, step.h, step.h_kv, step.dh
-        L.post_norm, L.eps, L.swiglu, L.q8 = step.post_norm, <float>step.eps, step.swiglu, step.q8
+        L.post_norm, L.eps, L.gate, L.q8 = step.post_norm, <float>step.eps, step.gate, step.q8
         L.norm1, L.norm2, L.norm_cross = _norm(step.norm1), _norm(step.norm2), _norm(step.norm_cross)
-        L.qkv, L.o, L.up, L.down = _matrix(step.qkv), _matrix(step.o), _matrix(step.up), _matrix(step.down)
+        L.n_qkv, L.n_up = len(step.qkv), len(step.up)
+        assert 1 <= L.n_qkv <= 3 and 1 <= L.n_up <= 2  # the record's check: sa_layer's arrays
+        for i, P in enumerate(step.qkv):
+            L.qkv[i] = _matrix(P)
+        for i, P in enumerate(step.up):
+            L.up[i] = _matrix(P)
+        L.o, L.down = _matrix(step.o), _matrix(step.down)
+        L.q_norm, L.k_norm = <const float *>_data(step.q_norm.g), <const float *>_data(step.k_norm.g)
+        L.post1, L.post2 = <const float *>_data(step.post1.g), <const float *>_data(step.post2.g)
+        L.scale = step.scale
         L.cross_q, L.cross_o = _matrix(step.cross_q), _matrix(step.cross_o)
         if not step.has_cross:
             L.cross_q.w = NULL
@@ -130,12 +147,14 @@ cdef int _run(sa_layer *L, Py_ssize_t kmax, Py_ssize_t nmax, int num_threads) ex
 def layer_step(step, float[::1] x, Py_ssize_t pos, int num_threads):
     """The kernel contract's layer_step (silkattn._api): x (d,) in place through the record `step`
     (silkattn._step.LayerStep, whose shapes were checked when it was built, x and pos at the call:
-    all that keeps the C code within its arrays), this token's K and V written at row pos."""
+    all that keeps the C code within its arrays), this token's K and V written at its cache row
+    (step.keys)."""
     cdef _Layer p = step.prepared.get("cython")
     if p is None:
         p = step.prepared["cython"] = _Layer(step)
     cdef sa_layer L = p.L
-    L.x, L.pos = &x[0], pos
+    L.x = &x[0]
+    L.row, L.key0, L.nkeys = step.keys(pos)
     L.cos = NULL if p.cos0 == NULL else p.cos0 + pos * p.half
     L.sin = NULL if p.sin0 == NULL else p.sin0 + pos * p.half
     _run(&L, p.kmax, p.nmax, num_threads)

@@ -2,11 +2,14 @@
 every backend against the same step as separate ops on the NumPy reference backend: the listing's
 block (LayerNorm, pre- and post-norm, ReLU with biases, cross-attention over a padded memory), and
 the Llama family's (RMSNorm, rotary, grouped-query heads, SwiGLU, GGUF blocks with float32 or int8
-activations, biases on the block products that take them), several positions of one cache."""
+activations, biases on the block products that take them), and the family's options (Gemma 3's
+QK-norm, sandwich norms, GeGLU, a window over a ring cache, a scale of its own; K-quants and
+matrices whose parts are blocks of different types), several positions of one cache."""
 import numpy as np
 import pytest
 
 import silkattn
+from silkattn import reference as ref
 from silkattn._testing import TOL, TOL_Q8, assert_close
 from silkattn.quant import QuantizedMatrix
 
@@ -25,6 +28,40 @@ def blocks(rng, kind, k, n, activations):
     if kind == "Q4_1":
         b[:, :, 2:4] = np.frombuffer(np.float16(-0.02).tobytes(), np.uint8)
     return QuantizedMatrix(kind, b.reshape(n, -1), activations)
+
+
+def family_blocks(rng, kind, k, n, activations):
+    """A QuantizedMatrix (k, n) of random valid `kind` blocks (any of quant.KINDS), weights of about
+    1 / sqrt(k)."""
+    from llama_files import k_blocks
+    if kind in ("Q4_K", "Q5_K", "Q6_K"):
+        return QuantizedMatrix(kind, k_blocks(rng, kind, n, k), activations)
+    if kind in ("Q8_0", "Q4_0", "Q4_1"):
+        return blocks(rng, kind, k, n, activations)
+    size = ref.QUANT_BLOCKS[kind][1]
+    b = rng.integers(0, 256, (n, k // 32, size), dtype=np.uint8)
+    d = np.float16(1 / np.sqrt(k) / 9.2)  # 5-bit q: about 9.2 in size
+    b[:, :, 0:2] = np.frombuffer(d.tobytes(), np.uint8)
+    if kind == "Q5_1":  # w = d q + m, q in 0 .. 31
+        b[:, :, 2:4] = np.frombuffer(np.float16(-15.5 * float(d)).tobytes(), np.uint8)
+    return QuantizedMatrix(kind, b.reshape(n, -1), activations)
+
+
+def family_layer(rng, activations, kinds, window=None, ring=False, d=256, h=4, h_kv=1, dh=128, d_ff=256):
+    """A Gemma 3-style layer (QK-norm, sandwich norms, GeGLU, heads not d / h wide, a scale of its
+    own) whose Q | K | V and gate | up are parts of the kinds given: kinds = (q, k, v, o, gate, up,
+    down); window: a sliding window, over a ring cache of exactly the window's positions if ring."""
+    def gain(n):
+        return (1 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    q, k, v, o, g, u, dn = (family_blocks(rng, kind, kk, n, activations) for kind, kk, n in zip(
+        kinds, (d, d, d, h * dh, d, d, d_ff), (h * dh, h_kv * dh, h_kv * dh, d, d_ff, d_ff, d)))
+    record = dict(heads=h, kv_heads=h_kv, norm1=gain(d), qkv=[q, k, v], o=o, norm2=gain(d), up=[g, u],
+                  down=dn, eps=1e-6, activation="geglu", rope_base=10000.0, qk_norm=(gain(dh), gain(dh)),
+                  post_norms=(gain(d), gain(d)), scale=0.3 / np.sqrt(dh), window=window)
+    if ring:
+        record["positions"] = 8
+    return record, (h_kv, window if ring else 8, dh), d
 
 
 def listing_block(rng, d=64, h=4, d_ff=96, cross=False, post_norm=False):
@@ -63,6 +100,13 @@ CASES = {
     "llama Q4_1 int8": lambda rng: llama_layer(rng, "Q4_1", "int8"),
     "llama Q4_0 biases": lambda rng: llama_layer(rng, "Q4_0", "float32", biases=True),
     "llama Q8_0 int8 biases": lambda rng: llama_layer(rng, "Q8_0", "int8", biases=True),
+    "gemma K-quants": lambda rng: family_layer(
+        rng, "float32", ("Q5_0", "Q5_0", "Q8_0", "Q4_K", "Q5_0", "Q5_1", "Q6_K")),
+    "gemma K-quants int8 window": lambda rng: family_layer(
+        rng, "int8", ("Q4_K", "Q5_K", "Q6_K", "Q4_K", "Q5_K", "Q5_K", "Q6_K"), window=3),
+    "gemma ring": lambda rng: family_layer(rng, "float32", ("Q8_0",) * 7, window=4, ring=True),
+    "gemma ring int8": lambda rng: family_layer(rng, "int8", ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_0", "Q5_1",
+                                                              "Q6_K"), window=4, ring=True),
 }
 
 

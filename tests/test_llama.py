@@ -243,7 +243,18 @@ def test_layer_step_records_refuse_what_does_not_fit(files, any_backend):
         (dict(eps="1e-5"), TypeError, "eps"), (dict(rope_base=-1.0), ValueError, "rope_base"),
         (dict(rope_base=10 ** 400), ValueError, "rope_base"),
         (dict(qkv=dataclasses.replace(L.wqkv, activations="int8")), ValueError, "activations"),
-        (dict(scratch_of=record(cache=tuple(model.cache(9)[0]))), ValueError, "scratch_of"),
+        (dict(scratch_of=record(cache=tuple(model.cache(7)[0]))), ValueError, "scratch_of"),
+        (dict(qk_norm=(np.ones(c.d_head, np.float32),)), TypeError, "qk_norm"),
+        (dict(qk_norm=(np.ones(c.d_head, np.float32), np.ones(c.d_head + 1, np.float32))), ValueError,
+         "qk_norm"),
+        (dict(post_norms=(np.ones(c.d, np.float32), np.ones(c.d, np.float64))), TypeError, "post_norms"),
+        (dict(post_norms=(np.ones(c.d, np.float32),) * 2, post_norm=True), ValueError, "post_norms"),
+        (dict(window=0), ValueError, "window"), (dict(window=2.5), TypeError, "window"),
+        (dict(positions=16), ValueError, "positions"),
+        (dict(positions=16, window=4), ValueError, "positions"),
+        (dict(scale=-1.0), ValueError, "scale"), (dict(activation="gelu_tanh"), ValueError, "activation"),
+        (dict(qkv=[L.wqkv] * 4), ValueError, "qkv"), (dict(up=[]), ValueError, "up"),
+        (dict(qkv=[L.wqkv, L.wo]), ValueError, "qkv"),
         (dict(scratch_of="step"), TypeError, "scratch_of"),
     ]
     for change, error, match in bad_records:
@@ -463,12 +474,12 @@ def _k_quant_file(path, activations_seed=7):
 def test_k_quant_files_run_on_their_blocks(tmp_path, on_backend, activations):
     """K-quant and Q5 tensors stay the file's blocks (QuantizedMatrix of their kind, no float32 copy)
     and the model is reference.llama on their dequantized weights: the prefill and the decoding
-    steps (as ops: the fused step takes Q8_0 / Q4_0 / Q4_1 only), float32 and int8 activations."""
+    steps (the fused step, on every type), float32 and int8 activations."""
     path = str(tmp_path / "kq.gguf")
     _k_quant_file(path)
     model = llama.load(path, activations=activations)
     kinds = [(L.wqkv.kind, L.wo.kind, L.wgu.kind, L.wd.kind) for L in model.layers]
-    assert kinds == [("Q4_K", "Q5_0", "Q5_K", "Q6_K"), ("Q4_K", "Q5_1", "Q5_K", "Q6_K")] and not model._fused
+    assert kinds == [("Q4_K", "Q5_0", "Q5_K", "Q6_K"), ("Q4_K", "Q5_1", "Q5_K", "Q6_K")] and model._fused
     assert model.emb.kind == "Q8_0" and all(L.wd.activations == activations for L in model.layers)
     P = model.params if activations == "float32" else q8_params(model.params)
     ids = [1, 70, 80, 90, 100, 3, 250, 7, 9, 40, 41, 42]

@@ -988,6 +988,14 @@ def _step_norm(norm, name, d):
 def _step_shape(W, name):
     """(k, n) of a product's matrix (W, or (W, b)): a float32 array or a QuantizedMatrix."""
     W = W[0] if isinstance(W, tuple) and len(W) == 2 else W
+    if isinstance(W, list):  # parts side by side
+        if not W:
+            raise ValueError(f"{name} must be one matrix or a list of its parts side by side, got an "
+                             "empty list")
+        shapes = [_step_shape(P, f"{name}'s part {i}") for i, P in enumerate(W)]
+        if len({k for k, _ in shapes}) > 1:
+            raise ValueError(f"{name}'s parts must have one input width, got {shapes}")
+        return shapes[0][0], sum(n for _, n in shapes)
     if isinstance(W, QuantizedMatrix):
         return W.shape
     if not isinstance(W, np.ndarray) or W.ndim != 2:
@@ -1002,9 +1010,6 @@ def _step_product(W, name, k, n):
     if _step_shape(W, name) != (k, n):
         raise ValueError(f"{name} must stand for a ({k}, {n}) matrix, got {_step_shape(W, name)}")
     if isinstance(W, QuantizedMatrix):
-        if W.kind not in quant.ROW_KINDS:
-            raise ValueError(f"{name} is {W.kind} blocks: the fused step multiplies "
-                             f"{', '.join(quant.ROW_KINDS)} blocks or float32 (run the layer as ops)")
         w, kind = _read_only(W.blocks), W.code
     else:
         w, kind = _step_array(W, name, (k, n)), _step_mod.DENSE
@@ -1034,21 +1039,23 @@ def _step_cache(cache, h_kv, dh):
 
 
 def _step_scratch(scratch_of, sizes):
-    """The step's buffers: scratch_of's (a LayerStep of the same sizes: a model's layers share them),
-    or new ones."""
+    """The step's buffers: scratch_of's (a LayerStep of the same sizes, its scores' rows at least as
+    long: a model's layers share them, a ring's shorter cache among them), or new ones."""
     if scratch_of is not None:
         if not isinstance(scratch_of, _step_mod.LayerStep):
             raise TypeError(f"scratch_of must be a LayerStep, got {type(scratch_of).__name__}")
-        if tuple(a.shape for a in scratch_of.scratch.arrays) != sizes:
+        shapes = tuple(a.shape for a in scratch_of.scratch.arrays)
+        if shapes[:-1] != sizes[:-1] or shapes[-1][0] != sizes[-1][0] or shapes[-1][1] < sizes[-1][1]:
             raise ValueError("scratch_of's buffers are not this step's sizes: share them between the layers "
-                             "of one model, each with the same cache capacity")
+                             "of one model, the one with the longest cache made first")
         return scratch_of.scratch
     return _step_mod.Scratch(*(np.empty(size, np.float32) for size in sizes))
 
 
 def layer_step_record(*, heads, norm1, qkv, o, norm2, up, down, cache, eps, kv_heads=None,
                       activation="relu", post_norm=False, rope_base=None, freq_factors=None, cross=None,
-                      scratch_of=None):
+                      scratch_of=None, qk_norm=None, post_norms=None, window=None, positions=None,
+                      scale=None):
     """The LayerStep of one decoder layer (silkattn._step: the fields and the arithmetic), checked
     once: each argument's shape against the others, a TypeError or ValueError naming the first that
     does not fit. See silkattn.ops.layer_step_record for the arguments."""
@@ -1056,49 +1063,99 @@ def layer_step_record(*, heads, norm1, qkv, o, norm2, up, down, cache, eps, kv_h
     h_kv = h if kv_heads is None else check.count(kv_heads, "kv_heads")
     if h % h_kv:
         raise ValueError(f"heads={h} must be a multiple of kv_heads={h_kv} (grouped-query attention)")
-    if activation not in ("relu", "swiglu"):
-        raise ValueError(f'activation must be "relu" or "swiglu", got {activation!r}')
+    if activation not in _step_mod.GATES:
+        raise ValueError(f"activation must be one of {', '.join(map(repr, _step_mod.GATES))}, "
+                         f"got {activation!r}")
+    gate = _step_mod.GATES[activation]
     (hd, d), d_in = _step_shape(o, "o"), _step_shape(qkv, "qkv")[0]
     if hd % h or d_in != d:
         raise ValueError(f"o must be (heads x head width, d) and qkv (d, ...): got o {(hd, d)} for {h} heads "
                          f"and qkv's input {d_in}")
     dh = hd // h
     n_up = _step_shape(up, "up")[1]
-    dff = n_up // 2 if activation == "swiglu" else n_up
+    dff = n_up // 2 if gate else n_up
+    if gate and n_up % 2:
+        raise ValueError(f"up must have an even number of outputs for {activation} (gate | up), got {n_up}")
     q8 = _step_q8((qkv, o, up, down) + ((cross.get("q"), cross.get("o")) if hasattr(cross, "get") else ()))
-    qkv, o = _step_product(qkv, "qkv", d, (h + 2 * h_kv) * dh), _step_product(o, "o", h * dh, d)
-    up, down = _step_product(up, "up", d, n_up), _step_product(down, "down", dff, d)
+    qkv, o = _step_parts(qkv, "qkv", d, (h + 2 * h_kv) * dh, 3), _step_product(o, "o", h * dh, d)
+    up, down = _step_parts(up, "up", d, n_up, 2), _step_product(down, "down", dff, d)
     norm1, norm2 = _step_norm(norm1, "norm1", d), _step_norm(norm2, "norm2", d)
+    q_norm, k_norm = _step_rms_pair(qk_norm, "qk_norm", dh)
+    post1, post2 = _step_rms_pair(post_norms, "post_norms", d)
+    if post_norm and post1.g.size:
+        raise ValueError("post_norms (sandwich norms) go with the pre-norm placement, not post_norm")
     K, V, head_stride, row_stride, capacity = _step_cache(cache, h_kv, dh)
-    cos = sin = _EMPTY.reshape(0, 0)
-    if rope_base is not None:
-        if dh % 2:
-            raise ValueError(f"rope_base needs an even head width, got {dh}")
-        cos, sin, _ = rope_tables(check.positive(rope_base, "rope_base"), dh // 2, _F32, np.arange(capacity),
-                                  check.freq_factors(freq_factors, dh // 2))
-    elif freq_factors is not None:
-        raise ValueError("freq_factors needs rope_base (they divide its frequencies)")
+    window = 0 if window is None else check.count(window, "window")
+    ring = bool(window) and capacity == window
+    positions = capacity if positions is None else check.count(positions, "positions")
+    if positions != capacity and not ring:
+        raise ValueError(f"positions={positions} differs from the cache's {capacity}: only a ring (a "
+                         f"cache of window={window or None} positions) holds fewer rows than positions")
+    cos, sin = _step_rope(rope_base, freq_factors, dh, positions)
     memory = _step_cross(cross, h, h_kv, dh, d)
-    products = (qkv, o, up, down) + ((memory[1], memory[2]) if cross is not None else ())
+    products = qkv + (o,) + up + (down,) + ((memory[1], memory[2]) if cross is not None else ())
     if any(W.b.size for W in (o, down, memory[2]) if W.kind != _step_mod.DENSE):
         raise ValueError("o, down and cross's o add the residual: as GGUF block products they take no bias "
                          "of their own")
-    if activation == "swiglu" and n_up % 2:
-        raise ValueError(f"up must have an even number of outputs for swiglu (gate | up), got {n_up}")
     norms = (norm1, norm2) + ((memory[0],) if cross is not None else ())
     eps = (check.positive if all(not N.b.size for N in norms) else check.nonnegative)(eps, "eps")
+    scale = 1 / np.sqrt(dh) if scale is None else check.positive(scale, "scale")
     n_src = len(memory[3])
-    sizes = (((h + 2 * h_kv) * dh,), (h * dh,), (max(d, dff),), (n_up,), (h, max(capacity, n_src)))
+    sizes = (((h + 2 * h_kv) * dh,), (h * dh,), (max(d, dff),), (max(n_up, d),), (h, max(capacity, n_src)))
     return _step_mod.LayerStep(
-        d=d, h=h, h_kv=h_kv, dh=dh, eps=eps, post_norm=bool(post_norm), swiglu=activation == "swiglu", q8=q8,
-        norm1=norm1, qkv=qkv, o=o, norm2=norm2, up=up, down=down, K=K, V=V, head_stride=head_stride,
-        row_stride=row_stride, capacity=capacity, cos=cos, sin=sin, has_cross=cross is not None,
-        norm_cross=memory[0], cross_q=memory[1], cross_o=memory[2], Km=memory[3], Vm=memory[4],
-        keep=memory[5], scratch=_step_scratch(scratch_of, sizes), work=sum(W.k * W.n for W in products))
+        d=d, h=h, h_kv=h_kv, dh=dh, eps=eps, post_norm=bool(post_norm), gate=gate, q8=q8,
+        norm1=norm1, qkv=qkv, o=o, norm2=norm2, up=up, down=down, q_norm=q_norm, k_norm=k_norm, post1=post1,
+        post2=post2, scale=float(scale), window=window, ring=ring, positions=positions, K=K, V=V,
+        head_stride=head_stride, row_stride=row_stride, capacity=capacity, cos=cos, sin=sin,
+        has_cross=cross is not None, norm_cross=memory[0], cross_q=memory[1], cross_o=memory[2],
+        Km=memory[3], Vm=memory[4], keep=memory[5], scratch=_step_scratch(scratch_of, sizes),
+        work=sum(W.k * W.n for W in products))
+
+
+def _step_rope(rope_base, freq_factors, dh, positions):
+    """The rotary tables (positions, dh / 2) of rope_base, or empty ones (no rotary)."""
+    if rope_base is None:
+        if freq_factors is not None:
+            raise ValueError("freq_factors needs rope_base (they divide its frequencies)")
+        return _EMPTY.reshape(0, 0), _EMPTY.reshape(0, 0)
+    if dh % 2:
+        raise ValueError(f"rope_base needs an even head width, got {dh}")
+    cos, sin, _ = rope_tables(check.positive(rope_base, "rope_base"), dh // 2, _F32, np.arange(positions),
+                              check.freq_factors(freq_factors, dh // 2))
+    return cos, sin
+
+
+def _step_rms_pair(pair, name, n):
+    """Two RMSNorm gains of n (a pair of norms: QK-norm, sandwich norms), or empty Norms for None."""
+    if pair is None:
+        return _NO_NORM, _NO_NORM
+    if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
+        raise TypeError(f"{name} must be a pair of RMSNorm gains or None, got {type(pair).__name__}")
+    return tuple(_step_mod.Norm(_step_array(g, f"{name}[{i}]", (n,)), _EMPTY) for i, g in enumerate(pair))
+
+
+def _step_parts(W, name, k, n, most):
+    """The Products of a matrix given whole (W or (W, b)) or as a list of parts side by side ([W1,
+    W2, ...] or ([W1, W2, ...], b)): parts whose blocks differ in type, each multiplied as it is."""
+    W, b = W if isinstance(W, tuple) and len(W) == 2 else (W, None)
+    parts = list(W) if isinstance(W, list) else [W]
+    if not 1 <= len(parts) <= most:
+        raise ValueError(f"{name} must be one matrix or a list of 1 to {most} parts, got {len(parts)}")
+    widths = [_step_shape(P, f"{name}'s part {i}")[1] for i, P in enumerate(parts)]
+    if sum(widths) != n:
+        raise ValueError(f"{name}'s parts must stand for a ({k}, {n}) matrix, got outputs {widths}")
+    b = None if b is None else _step_array(b, f"{name}'s bias", (n,))
+    edges = np.cumsum([0] + widths)
+    out = tuple(_step_product(P if b is None else (P, np.ascontiguousarray(b[lo:hi])), f"{name}'s part {i}",
+                              k, hi - lo) for i, (P, lo, hi) in enumerate(zip(parts, edges, edges[1:])))
+    if len({P.kind == _step_mod.DENSE for P in out}) > 1:
+        raise ValueError(f"{name}'s parts must be all float32 or all GGUF blocks")
+    return out
 
 
 _NO_PRODUCT = _step_mod.Product(_EMPTY.reshape(0, 0), _step_mod.DENSE, 0, 0, _EMPTY)
-_NO_CROSS = (_step_mod.Norm(_EMPTY, _EMPTY), _NO_PRODUCT, _NO_PRODUCT, _EMPTY.reshape(0, 0),
+_NO_NORM = _step_mod.Norm(_EMPTY, _EMPTY)
+_NO_CROSS = (_NO_NORM, _NO_PRODUCT, _NO_PRODUCT, _EMPTY.reshape(0, 0),
              _EMPTY.reshape(0, 0), _read_only(np.zeros(0, np.uint8)))
 
 
@@ -1135,6 +1192,7 @@ def _step_q8(matrices):
     """Whether the block products round their input to 8 bits: the QuantizedMatrices' activations,
     one kind for all of a step's."""
     matrices = [W[0] if isinstance(W, tuple) else W for W in matrices]
+    matrices = [P for W in matrices for P in (W if isinstance(W, list) else [W])]
     activations = {W.activations for W in matrices if isinstance(W, QuantizedMatrix)}
     if len(activations) > 1:
         raise ValueError(f"a step's QuantizedMatrices take one kind of activations, "
@@ -1154,8 +1212,9 @@ def layer_step(kernels, step, x, pos):
                          f"residual row, updated in place), got {type(x).__name__} {getattr(x, 'dtype', '')} "
                          f"{getattr(x, 'shape', '')}")
     pos = check.count(pos, "pos", minimum=0)
-    if pos >= step.capacity:
-        raise ValueError(f"pos={pos} is past the cache's {step.capacity} positions")
+    if pos >= step.positions:
+        raise ValueError(f"pos={pos} is past the {step.positions} positions the step was made for"
+                         + ("" if step.ring else " (the cache's)"))
     if step.prepared.get("x") is not x:  # the last row seen passed
         written = step.prepared.get("written")
         if written is None:  # the byte ranges of what the step writes (C-contiguous arrays)
@@ -1182,33 +1241,45 @@ def _layer_step_ops(kernels, L, x, pos):
         return layer_norm(kernels, v, N.g, N.b, L.eps) if N.b.size else rms_norm(kernels, v, N.g, L.eps)
 
     def product(P, v):
+        if isinstance(P, tuple):  # parts side by side
+            return np.concatenate([product(part, v) for part in P])
         W = P.w if P.kind == _step_mod.DENSE else QuantizedMatrix(
             quant.KINDS[P.kind], P.w, "int8" if L.q8 else "float32")
         return linear(kernels, v, W, P.b if P.b.size else None)
 
-    def sublayer(f, N):
-        x[:] = norm(N, x + f(x)) if L.post_norm else x + f(norm(N, x))
+    def sublayer(f, N, post=_NO_NORM):
+        if L.post_norm:
+            x[:] = norm(N, x + f(x))
+        else:
+            F = f(norm(N, x))
+            x[:] = x + (norm(post, F) if post.g.size else F)
 
-    sublayer(lambda v: product(L.o, _step_attention(kernels, L, product(L.qkv, v), pos)), L.norm1)
+    sublayer(lambda v: product(L.o, _step_attention(kernels, L, product(L.qkv, v), pos)), L.norm1, L.post1)
     if L.has_cross:
         sublayer(lambda v: product(L.cross_o, _step_attention(kernels, L, product(L.cross_q, v), None)),
                  L.norm_cross)
 
     def ffn(v):
         u = product(L.up, v)
-        return product(L.down, silu_mul(kernels, u[:L.d_ff], u[L.d_ff:]) if L.swiglu else np.maximum(u, 0))
-    sublayer(ffn, L.norm2)
+        if not L.gated:
+            return product(L.down, np.maximum(u, 0))
+        act = "silu" if L.gate == _step_mod.GATE_SILU else "gelu_tanh"
+        return product(L.down, gate_mul(kernels, u[:L.d_ff], u[L.d_ff:], act))
+    sublayer(ffn, L.norm2, L.post2)
 
 
 def _step_attention(kernels, L, qkv, pos):
-    """The attention of _layer_step_ops: self-attention of the token at pos (rotary, cache row pos
-    written, rows 0 .. pos read), or (pos None) the cross-attention over the memory."""
+    """The attention of _layer_step_ops: self-attention of the token at pos (QK-norm, rotary, its
+    cache row written, the rows it sees read), or (pos None) the cross-attention over the memory."""
     h, h_kv, dh = L.h, L.h_kv, L.dh
     heads = qkv.reshape(-1, dh)
     if pos is None:
         Km, Vm = (a.reshape(-1, h, dh).swapaxes(0, 1) for a in (L.Km, L.Vm))
-        a = attention(kernels, heads[:, None], Km, Vm, L.keep.astype(bool))
+        a = attention(kernels, heads[:, None], Km, Vm, L.keep.astype(bool), scale=L.scale)
         return a.reshape(-1)
+    if L.q_norm.g.size:
+        heads[:h] = rms_norm(kernels, heads[:h], L.q_norm.g, L.eps)
+        heads[h:h + h_kv] = rms_norm(kernels, heads[h:h + h_kv], L.k_norm.g, L.eps)
     if L.cos.size:  # reference.rope's arithmetic on the tables' row
         c, s, half = L.cos[pos], L.sin[pos], dh // 2
         x1, x2 = heads[:h + h_kv, :half].copy(), heads[:h + h_kv, half:].copy()
@@ -1216,5 +1287,7 @@ def _step_attention(kernels, L, qkv, pos):
     item = L.K.itemsize
     strides = (L.head_stride * item, L.row_stride * item, item)
     K, V = (np.lib.stride_tricks.as_strided(a, (h_kv, L.capacity, dh), strides) for a in (L.K, L.V))
-    K[:, pos], V[:, pos] = heads[h:h + h_kv], heads[h + h_kv:]
-    return attention(kernels, heads[:h, None], K[:, :pos + 1], V[:, :pos + 1]).reshape(-1)
+    row, lo, n = L.keys(pos)
+    K[:, row], V[:, row] = heads[h:h + h_kv], heads[h + h_kv:]
+    q = heads[:h].reshape(h_kv, h // h_kv, dh)  # a group's query heads: the rows of its K/V head's attention
+    return attention(kernels, q, K[:, lo:lo + n], V[:, lo:lo + n], scale=L.scale).reshape(-1)

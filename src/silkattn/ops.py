@@ -112,7 +112,8 @@ def gate_mul(G, U, activation="silu", *, out=None):
 
 
 def layer_step_record(*, heads, norm1, qkv, o, norm2, up, down, cache, eps, kv_heads=None, activation="relu",
-                      post_norm=False, rope_base=None, freq_factors=None, cross=None, scratch_of=None):
+                      post_norm=False, rope_base=None, freq_factors=None, cross=None, scratch_of=None,
+                      qk_norm=None, post_norms=None, window=None, positions=None, scale=None):
     """The record of one decoder layer's decoding step (silkattn._step.LayerStep), checked once, for
     layer_step to run a token through: the layer's weights, norms, eps, rotary tables and KV cache
     by name, never by position. Each argument is checked against the others (TypeError or
@@ -122,11 +123,19 @@ def layer_step_record(*, heads, norm1, qkv, o, norm2, up, down, cache, eps, kv_h
         is o's input over heads. norm1, norm2: the attention's and the feed-forward's norm, g (d,)
         for RMSNorm or (g, b) for LayerNorm; eps their epsilon.
     qkv (d, (heads + 2 kv_heads) head width): Q heads, K heads, V heads; o (heads head width, d); up
-        (d, d_ff), or (d, 2 d_ff) gate | up with activation="swiglu"; down (d_ff, d). Each a float32
-        (in, out) array or a silkattn.quant.QuantizedMatrix (GGUF blocks; "int8" activations round
-        the block products' input to 8 bits), or (matrix, bias).
+        (d, d_ff), or (d, 2 d_ff) gate | up with a gated activation; down (d_ff, d). Each a float32
+        (in, out) array or a silkattn.quant.QuantizedMatrix (GGUF blocks of any of quant.KINDS;
+        "int8" activations round the block products' input to 8 bits), or (matrix, bias); qkv and
+        up may also be a list of parts side by side (blocks of different types), [Wq, Wk, Wv].
+    activation: "relu" (relu(up)), "swiglu" (silu(gate) up) or "geglu" (gelu_tanh(gate) up).
     cache: the layer's (K, V), float32, each (kv_heads, capacity, head width) or (capacity, kv_heads
-        head width); layer_step writes row pos and attends over rows 0 .. pos.
+        head width); layer_step writes row pos and attends over the rows it sees.
+    window: a query sees the keys less than window positions back; a cache of exactly window
+        positions is then a ring (position p in row p % window) and positions (default capacity)
+        the last position + 1 the step may be at (the rotary tables' length).
+    qk_norm: (g_q, g_k) (head width,) RMSNorms of each query and key head before rotary (Gemma 3).
+    post_norms: (g_attn, g_ffn) (d,) RMSNorms of the sublayers' outputs before their residual adds
+        (Gemma 3's sandwich norms). scale: the scores' factor (default 1 / sqrt(head width)).
     post_norm: x = norm(x + f(x)) instead of x + f(norm(x)) (the paper's placement).
     rope_base: rotary positions of this base on the Q and K heads (None: none); freq_factors (head
         width / 2,): rope's per-frequency divisors (Llama 3's rope_freqs), with rope_base only.
@@ -136,7 +145,8 @@ def layer_step_record(*, heads, norm1, qkv, o, norm2, up, down, cache, eps, kv_h
     return _api.layer_step_record(heads=heads, norm1=norm1, qkv=qkv, o=o, norm2=norm2, up=up, down=down,
                                   cache=cache, eps=eps, kv_heads=kv_heads, activation=activation,
                                   post_norm=post_norm, rope_base=rope_base, freq_factors=freq_factors,
-                                  cross=cross, scratch_of=scratch_of)
+                                  cross=cross, scratch_of=scratch_of, qk_norm=qk_norm, post_norms=post_norms,
+                                  window=window, positions=positions, scale=scale)
 
 
 def layer_step(step, x, pos):

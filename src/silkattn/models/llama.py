@@ -15,9 +15,10 @@ a BLAS GEMM. A decoding step (one row) is one ops.layer_step per layer (one fuse
 the backend has it: norm, Q/K/V, rotary, cache append, attention, output projection and residual,
 norm, gate/up, SwiGLU, down projection and residual) reading each block once, each layer's record
 (ops.layer_step_record: its matrices, norms, eps, rotary tables and cache by name) made once per
-generation; the same step as separate ops (Llama._run, the readable path and the fused one's
-oracle) runs where a matrix is float32. The KV cache holds only the K/V heads (grouped-query
-attention).
+generation, the family's options (QK-norm, sandwich norms, GeGLU, a window over a ring cache)
+and matrices whose parts differ in type included; the same step as separate ops (Llama._run, the
+readable path and the fused one's oracle) runs where a matrix is float32. The KV cache holds only
+the K/V heads (grouped-query attention).
 """
 import dataclasses
 import importlib.util
@@ -94,16 +95,8 @@ class Llama:
         self.stats = {}  # the last generation's prompt_tokens, prefill_s, new_tokens, decode_s, stopped
         self._params = None
         # the fused step runs where every layer's matrices are blocks with one kind of activations
-        # (else the step runs as ops)
-        # the fused step runs where every layer's matrices are blocks of a row kernel's type with one kind
-        # of activations, and the architecture needs none of the options the step does not have (else
-        # the step runs as ops)
-        c = config
-        plain = not (c.family.qk_norm or c.family.sandwich or c.family.activation != "silu" or c.windows)
-        self._fused = plain and all(
-            L.quantized and not isinstance(L.wqkv, tuple) and not isinstance(L.wgu, tuple)
-            and len({W.activations for W in L.products}) == 1
-            and all(W.kind in quant.ROW_KINDS for W in L.products) for L in layers)
+        # (else the step runs as ops: the readable path and the fused one's oracle)
+        self._fused = all(L.quantized and len({W.activations for W in L.products}) == 1 for L in layers)
 
     @property
     def params(self):
@@ -191,15 +184,25 @@ class Llama:
         set of buffers: what ops.layer_step runs a token through; None where the step runs as ops."""
         if not self._fused:
             return None
-        c, steps = self.config, []
-        for i, L in enumerate(self.layers):
+        c, steps = self.config, [None] * len(self.layers)
+        sizes = [K.shape[-2] for K in cache]
+        positions, first = max(sizes), int(np.argmax(sizes))  # the longest cache's record makes the buffers
+        for i in [first] + [i for i in range(len(self.layers)) if i != first]:
+            L = self.layers[i]
             base, factors = c.layer_rope(i)
-            steps.append(ops.layer_step_record(
-                heads=c.h, kv_heads=c.h_kv, norm1=L.attn_norm,
-                qkv=L.wqkv if L.bqkv is None else (L.wqkv, L.bqkv),
-                o=L.wo, norm2=L.ffn_norm, up=L.wgu, down=L.wd, activation="swiglu",
-                cache=(cache[i, 0], cache[i, 1]),
-                eps=c.eps, rope_base=base, freq_factors=factors, scratch_of=steps[0] if steps else None))
+            qkv, up = (list(W) if isinstance(W, tuple) else W for W in (L.wqkv, L.wgu))
+            extras = {}
+            if c.family.qk_norm:
+                extras["qk_norm"] = (L.q_norm, L.k_norm)
+            if c.family.sandwich:
+                extras["post_norms"] = (L.post_attn_norm, L.post_ffn_norm)
+            if c.window(i) is not None:  # a ring of the window's positions where the cache is shorter
+                extras.update(window=c.window(i), positions=positions)
+            steps[i] = ops.layer_step_record(
+                heads=c.h, kv_heads=c.h_kv, norm1=L.attn_norm, qkv=qkv if L.bqkv is None else (qkv, L.bqkv),
+                o=L.wo, norm2=L.ffn_norm, up=up, down=L.wd, cache=(cache[i][0], cache[i][1]), eps=c.eps,
+                activation="swiglu" if c.family.activation == "silu" else "geglu", rope_base=base,
+                freq_factors=factors, scale=c.scale, scratch_of=steps[first], **extras)
         return steps
 
     def _run(self, ids, cache, start, last_only=True, fused=True, steps=None):  # ids at start .. start + n

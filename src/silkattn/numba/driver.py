@@ -264,7 +264,7 @@ def layer_step(step, x, pos, num_threads):
     if t is None:
         t = step.prepared["numba"] = _step_record(step)
     nthreads = _use_threads(num_threads)
-    _layer_step.layer_step(t, x, _read_only(x), int(pos), nthreads)
+    _layer_step.layer_step(t, x, _read_only(x), int(pos), tuple(int(v) for v in step.keys(pos)), nthreads)
 
 
 def _step_record(s):
@@ -280,11 +280,13 @@ def _step_record(s):
     S = s.scratch
     K, V = s.K.reshape(-1), s.V.reshape(-1)
     parts_n = max([P.n for P in s.products if P.kind == DENSE] + [0])
-    return (s.d, s.h, s.h_kv, s.dh, float(s.eps), s.post_norm, s.swiglu, s.q8, s.has_cross, norm(s.norm1),
-            product(s.qkv), product(s.o), norm(s.norm2), product(s.up), product(s.down), norm(s.norm_cross),
-            product(s.cross_q), product(s.cross_o), (K, V, ro(K), ro(V), s.head_stride, s.row_stride),
+    return (s.d, s.h, s.h_kv, s.dh, float(s.eps), s.post_norm, int(s.gate), s.q8, s.has_cross,
+            norm(s.norm1), tuple(map(product, s.qkv)), product(s.o), norm(s.norm2), tuple(map(product, s.up)),
+            product(s.down), norm(s.norm_cross), product(s.cross_q), product(s.cross_o),
+            (K, V, ro(K), ro(V), s.head_stride, s.row_stride),
             (ro(s.Km.reshape(-1)), ro(s.Vm.reshape(-1)), ro(s.keep), len(s.Km)), ro(s.cos), ro(s.sin),
-            (S.qkv, S.a, ro(S.a), S.hn, ro(S.hn), S.f, ro(S.f), S.scores), parts_n)
+            (S.qkv, S.a, ro(S.a), S.hn, ro(S.hn), S.f, ro(S.f), S.scores), parts_n, norm(s.q_norm),
+            norm(s.k_norm), norm(s.post1), norm(s.post2), float(s.scale))
 
 
 _F32, _U8 = np.dtype(np.float32), np.dtype(np.uint8)

@@ -48,11 +48,13 @@ from ._simd import (
 )
 from .layer_norm import layer_norm_row
 from .linear import linear_rows
-from .linear_q import linear_q8_rows, linear_q_rows
-from .silu_mul import _silu_mul
+from .linear_q import ROW_KINDS, _round_q8, linear_q8_rows, linear_q_rows, linear_qx_rows
+from .silu_mul import _gate as _gate_register
 
 # The record (silkattn._step.LayerStep), as the kernel reads it. A norm: g, and b (empty: RMSNorm).
-# A product: w (float32 (k, n), or the blocks (n, bytes) of `kind`), b (empty: none), its sizes.
+# A product: w (float32 (k, n), or the blocks (n, bytes) of `kind`), b (empty: none), its sizes;
+# qkv and up: a tuple of 1 to 3 (2) such products, their outputs side by side, left as plain tuples
+# (a part is named where it is multiplied), as is cross_q (a part of one).
 # The cache: K and V flat, writable and read-only (the attention reads the latter, as it reads
 # the memory: one compiled _attend), head g's row t at g head_stride + t row_stride. The memory
 # (cross-attention): its keys, values and keep mask. The scratch: the step's buffers, read-only
@@ -62,17 +64,19 @@ Product = namedtuple("Product", ["w", "b", "kind", "k", "n"])
 Cache = namedtuple("Cache", ["K", "V", "Kr", "Vr", "head_stride", "row_stride"])
 Memory = namedtuple("Memory", ["K", "V", "keep", "n"])
 Scratch = namedtuple("Scratch", ["qkv", "a", "ar", "hn", "hnr", "f", "fr", "scores"])
-Step = namedtuple("Step", ["d", "h", "h_kv", "dh", "eps", "post_norm", "swiglu", "q8", "has_cross",
+Step = namedtuple("Step", ["d", "h", "h_kv", "dh", "eps", "post_norm", "gate", "q8", "has_cross",
                            "norm1", "qkv", "o", "norm2", "up", "down", "norm_cross", "cross_q", "cross_o",
-                           "cache", "memory", "cos", "sin", "scratch", "parts_n"])
+                           "cache", "memory", "cos", "sin", "scratch", "parts_n", "q_norm", "k_norm",
+                           "post1", "post2", "scale"])
 
 
 @jit(inline="always")
 def _named(t):
     """The record from its plain nested tuples."""
-    return Step(*t[:9], Norm(*t[9]), Product(*t[10]), Product(*t[11]), Norm(*t[12]), Product(*t[13]),
-                Product(*t[14]), Norm(*t[15]), Product(*t[16]), Product(*t[17]), Cache(*t[18]),
-                Memory(*t[19]), t[20], t[21], Scratch(*t[22]), t[23])
+    return Step(*t[:9], Norm(*t[9]), t[10], Product(*t[11]), Norm(*t[12]), t[13],
+                Product(*t[14]), Norm(*t[15]), t[16], Product(*t[17]), Cache(*t[18]),
+                Memory(*t[19]), t[20], t[21], Scratch(*t[22]), t[23], Norm(*t[24]), Norm(*t[25]),
+                Norm(*t[26]), Norm(*t[27]), t[28])
 
 
 @jit(cache=CACHE, fastmath=FASTMATH)
@@ -268,19 +272,21 @@ def _head_pv(sf, so, vf, ko, ld, dh, n, inv, a, ao):
 
 
 @jit(cache=CACHE, fastmath=FASTMATH)
-def _gate(gu, dff, out):
-    """out[:dff] = silu(gu[:dff]) gu[dff:] (silu_mul's arithmetic), the tail that is not a whole
-    register (none when dff is a multiple of 32: W_d's k) one value at a time (math.exp)."""
+def _gate(gu, dff, out, gelu):
+    """out[:dff] = act(gu[:dff]) gu[dff:], act silu or (gelu) the tanh GELU: gate_rows's arithmetic
+    (silu_mul.py) a register at a time, the tail that is not a whole register (none when dff is a
+    multiple of 32: W_d's k) one value at a time (math.exp)."""
     W = vwidth(gu)
     nv = dff - dff % W
     one = vsplat(gu, 1)
     top = vsplat(gu, 88.0)
     inf = vsplat(gu, np.inf)
     for j in range(0, nv, W):
-        vstore(out, j, _silu_mul(vload(gu, j), vload(gu, dff + j), one, top, inf))
+        vstore(out, j, _gate_register(vload(gu, j), vload(gu, dff + j), one, top, inf, gelu))
     for j in range(nv, dff):
         g = gu[j]
-        out[j] = g / (1 + math.exp(-g)) * gu[dff + j]
+        v = -1.5957691216057308 * (g + 0.044715 * g * g * g) if gelu else -g
+        out[j] = g / (1 + math.exp(min(v, 88.0))) * gu[dff + j]
 
 
 @jit(cache=CACHE, fastmath=FASTMATH)
@@ -370,8 +376,8 @@ def _head(qkv, kf, vf, keep, sf, a, buf, at, geom, masked, scale):
 
 
 @jit(cache=CACHE, parallel=True, fastmath=FASTMATH)
-def _attend(qkv, kv, geom, keep, masked, scores, a, nthreads):
-    """a[j dh : (j + 1) dh] = softmax_t(q_j . K_g[t] / sqrt(dh)) V_g over t < n for each query head j
+def _attend(qkv, kv, geom, keep, masked, scores, a, scale, nthreads):
+    """a[j dh : (j + 1) dh] = softmax_t(q_j . K_g[t] scale) V_g over t < n for each query head j
     (q_j = qkv[j dh : (j + 1) dh]) and its K/V head g = j // group, with kv = (kf, vf) and geom =
     (head_stride, ld, dh, n, h, group): K_g[t] = kf[g head_stride + t ld:][:dh], V_g[t] likewise in
     vf (a Llama cache (h_kv, capacity, dh): head_stride capacity dh, ld dh; the listing's (capacity,
@@ -380,7 +386,6 @@ def _attend(qkv, kv, geom, keep, masked, scores, a, nthreads):
     kf, vf = kv
     head_stride, ld, dh, n, h, group = geom
     ls = scores.shape[1]
-    scale = np.float32(1 / math.sqrt(dh))
     sf = scores.reshape(-1)
     buf_all = np.empty((nthreads, vwidth(qkv)), qkv.dtype)
     for p in prange(nthreads):
@@ -427,12 +432,37 @@ def _product_typed(M, xin, xr, rr, residual, relu, y, parts, q8, nthreads):
 @jit(inline="always")
 def _product_blocks(M, xr, rr, residual, y, q8, nthreads):
     """The block product of _product: the row xr[:k] (read-only) times M, plus the residual (rr) if
-    residual, else M's bias if it has one."""
-    k, n = M.k, M.n
+    residual, else M's bias if it has one. The kinds after the row kernels' (Q5_0 .. Q6_K) through
+    linear_qx_rows, with q8 on the row rounded first (driver.linear_qx's arithmetic)."""
     if residual:
-        _blocks(q8, xr[:k].reshape(1, k), M.w, M.kind, rr, residual, y[:n].reshape(1, n), nthreads)
+        _blocks_any(M, xr, rr, residual, y, q8, nthreads)
     else:
-        _blocks(q8, xr[:k].reshape(1, k), M.w, M.kind, M.b, M.b.size > 0, y[:n].reshape(1, n), nthreads)
+        _blocks_any(M, xr, M.b, M.b.size > 0, y, q8, nthreads)
+
+
+@jit(cache=CACHE, fastmath=FASTMATH)
+def _blocks_any(M, xr, b, has_b, y, q8, nthreads):  # _product_blocks with its bias b chosen
+    k, n = M.k, M.n
+    if M.kind < ROW_KINDS:
+        _blocks(q8, xr[:k].reshape(1, k), M.w, M.kind, b, has_b, y[:n].reshape(1, n), nthreads)
+    elif q8:
+        rounded = np.empty(k, xr.dtype)
+        _round_q8(xr, 1, k, rounded)
+        linear_qx_rows(rounded.reshape(1, k), M.w, M.kind, b, has_b, y[:n].reshape(1, n), nthreads)
+    else:
+        linear_qx_rows(xr[:k].reshape(1, k), M.w, M.kind, b, has_b, y[:n].reshape(1, n), nthreads)
+
+
+@jit(inline="always")
+def _parts(Ps, xin, xr, relu, y, parts, q8, nthreads):
+    """y = act(xin [W_0 | W_1 | ...] (+ b)) for the parts Ps (plain product tuples of one weights'
+    type), their outputs side by side in y; no residual."""
+    no = relu and not relu
+    off = 0
+    for i in range(len(Ps)):
+        M = Product(*Ps[i])
+        _product(M, xin, xr, xr, no, relu, y[off:], parts, q8, nthreads)
+        off += M.n
 
 
 @jit(inline="always")
@@ -444,38 +474,76 @@ def _norm(N, x, eps, out, buf):
         _layer_norm(x, N.g, N.b, eps, out, buf)
 
 
+@jit(inline="always")
+def _add_normed(L, post, y, x):
+    """x += rms_norm(y) (a sandwich norm's output added to the residual), y[:d] normed in place."""
+    d = L.d
+    _rms_norm(y[:d], post.g, L.eps, y)
+    for j in range(d):
+        x[j] += y[j]
+
+
+@jit(inline="always")
+def _out(L, Wo, xin, xr, x, rx, post, y, yes, no, parts, nthreads):
+    """A sublayer's output product: x += xin Wo, or with a sandwich norm (post.g not empty) x +=
+    rms_norm(xin Wo), the product then into y (scratch of d, not xin); rx: x's read-only view."""
+    if post.g.size:
+        _product(Wo, xin, xr, rx, no, no, y, parts, L.q8, nthreads)
+        _add_normed(L, post, y, x)
+    else:
+        _product(Wo, xin, xr, rx, yes, no, x, parts, L.q8, nthreads)
+
+
 @jit(cache=CACHE, fastmath=FASTMATH)
-def _attention_sublayer(L, N, Wq, Wo, x, xr, pos, cross, buf, parts, nthreads):
+def _heads(L, pos, row):
+    """This token's Q and K heads normed (QK-norm: an RMSNorm a head) and turned (rotary, position
+    pos), its K and V heads written to the cache's row."""
+    S, C = L.scratch, L.cache
+    h, h_kv, dh = L.h, L.h_kv, L.dh
+    qkv, K, V = S.qkv, C.K, C.V
+    if L.q_norm.g.size:
+        for u in range(h + h_kv):
+            head = qkv[u * dh:(u + 1) * dh]
+            _rms_norm(head, L.q_norm.g if u < h else L.k_norm.g, L.eps, head)
+    if L.cos.size:
+        _rope(qkv, h + h_kv, dh, L.cos[pos], L.sin[pos])
+    for g in range(h_kv):
+        kb, vb = (h + g) * dh, (h + h_kv + g) * dh
+        at = g * C.head_stride + row * C.row_stride
+        for i in range(dh):
+            K[at + i] = qkv[kb + i]
+            V[at + i] = qkv[vb + i]
+
+
+@jit(cache=CACHE, fastmath=FASTMATH)
+def _attention_sublayer(L, N, Wq, Wo, x, xr, pos, keys, cross, buf, parts, nthreads):
     """The self-attention sublayer of record L (cross: the cross-attention's), its norm N and
-    products Wq, Wo, on the row x (xr its read-only view), this token at position pos. The order of
-    kernels/layer_step.h's sa_layer_attention: norm (pre-norm), Q|K|V (Q alone for cross), rotary
-    on the Q and K heads, this token's K and V to the cache, each head's attention, output
-    product and residual, norm (post-norm)."""
+    products Wq (plain part tuples), Wo, on the row x (xr its read-only view), this token at
+    position pos, keys = (its cache row, the first row it sees, the rows it sees). The order of
+    kernels/layer_step.h's sa_layer_attention: norm (pre-norm), Q|K|V (Q alone for cross), QK-norm
+    and rotary on the Q and K heads, this token's K and V to the cache, each head's attention,
+    output product (its sandwich norm) and residual, norm (post-norm)."""
     yes, no = pos >= 0, pos < 0  # True and False, not as literals: the products' one signature
     S = L.scratch
     h, h_kv, dh = L.h, L.h_kv, L.dh
+    scale = np.float32(L.scale)
     if not L.post_norm:
         _norm(N, x, L.eps, S.hn, buf)
-        _product(Wq, S.hn, S.hnr, xr, no, no, S.qkv, parts, L.q8, nthreads)
+        _parts(Wq, S.hn, S.hnr, no, S.qkv, parts, L.q8, nthreads)
     else:
-        _product(Wq, x, xr, xr, no, no, S.qkv, parts, L.q8, nthreads)
+        _parts(Wq, x, xr, no, S.qkv, parts, L.q8, nthreads)
     if cross:
         M = L.memory
-        _attend(S.qkv, (M.K, M.V), (dh, L.d, dh, M.n, h, 1), M.keep, yes, S.scores, S.a, nthreads)
+        _attend(S.qkv, (M.K, M.V), (dh, L.d, dh, M.n, h, 1), M.keep, yes, S.scores, S.a, scale, nthreads)
+        _out(L, Wo, S.a, S.ar, x, xr, Norm(S.ar[:0], S.ar[:0]), S.hn, yes, no, parts, nthreads)
     else:
         C = L.cache
-        qkv, K, V = S.qkv, C.K, C.V
-        if L.cos.size:
-            _rope(qkv, h + h_kv, dh, L.cos[pos], L.sin[pos])
-        for g in range(h_kv):
-            kb, vb = (h + g) * dh, (h + h_kv + g) * dh
-            row = g * C.head_stride + pos * C.row_stride
-            for i in range(dh):
-                K[row + i] = qkv[kb + i]
-                V[row + i] = qkv[vb + i]
-        geom = (C.head_stride, C.row_stride, dh, pos + 1, h, h // h_kv)
-        _attend(qkv, (C.Kr, C.Vr), geom, L.memory.keep, no, S.scores, S.a, nthreads)
-    _product(Wo, S.a, S.ar, xr, yes, no, x, parts, L.q8, nthreads)
+        row, key0, nkeys = keys
+        _heads(L, pos, row)
+        first = key0 * C.row_stride
+        geom = (C.head_stride, C.row_stride, dh, nkeys, h, h // h_kv)
+        _attend(S.qkv, (C.Kr[first:], C.Vr[first:]), geom, L.memory.keep, no, S.scores, S.a, scale, nthreads)
+        _out(L, Wo, S.a, S.ar, x, xr, L.post1, S.hn, yes, no, parts, nthreads)
     if L.post_norm:
         _norm(N, x, L.eps, x, buf)
 
@@ -483,33 +551,38 @@ def _attention_sublayer(L, N, Wq, Wo, x, xr, pos, cross, buf, parts, nthreads):
 @jit(cache=CACHE, fastmath=FASTMATH)
 def _feed_forward(L, x, xr, yes, no, buf, parts, nthreads):
     """The feed-forward sublayer of record L on the row x: norm (pre-norm); up's product (relu: with
-    its bias and ReLU into f; swiglu: gate | up into f, then silu(gate) up into hn); down's product
-    with its bias and the residual; norm (post-norm)."""
+    its bias and ReLU into f; gated: gate | up into f, then act(gate) up into hn); down's product
+    with its bias and the residual (a sandwich norm's product into the buffer down does not read);
+    norm (post-norm)."""
     S = L.scratch
+    gated = L.gate != 0
+    relu = no if gated else yes
     if not L.post_norm:
         _norm(L.norm2, x, L.eps, S.hn, buf)
-        _product(L.up, S.hn, S.hnr, xr, no, not L.swiglu, S.f, parts, L.q8, nthreads)
+        _parts(L.up, S.hn, S.hnr, relu, S.f, parts, L.q8, nthreads)
     else:
-        _product(L.up, x, xr, xr, no, not L.swiglu, S.f, parts, L.q8, nthreads)
-    if L.swiglu:
-        _gate(S.f, L.down.k, S.hn)
-        _product(L.down, S.hn, S.hnr, xr, yes, no, x, parts, L.q8, nthreads)
+        _parts(L.up, x, xr, relu, S.f, parts, L.q8, nthreads)
+    if gated:
+        _gate(S.f, L.down.k, S.hn, L.gate == 2)
+        _out(L, L.down, S.hn, S.hnr, x, xr, L.post2, S.f, yes, no, parts, nthreads)
     else:
-        _product(L.down, S.f, S.fr, xr, yes, no, x, parts, L.q8, nthreads)
+        _out(L, L.down, S.f, S.fr, x, xr, L.post2, S.hn, yes, no, parts, nthreads)
     if L.post_norm:
         _norm(L.norm2, x, L.eps, x, buf)
 
 
 @jit(cache=CACHE, fastmath=FASTMATH)
-def layer_step(t, x, xr, pos, nthreads):
+def layer_step(t, x, xr, pos, keys, nthreads):
     """One token at position pos through one layer, in place on x (d,): the record t (Step's fields,
-    as plain nested tuples; silkattn._step.LayerStep), xr a read-only view of x. The record is
-    trusted: silkattn._api checked it when it was built, x and pos at the call."""
+    as plain nested tuples; silkattn._step.LayerStep), xr a read-only view of x, keys the record's
+    keys(pos). The record is trusted: silkattn._api checked it when it was built, x and pos at the
+    call."""
     L = _named(t)
     yes, no = pos >= 0, pos < 0  # True and False, not as literals: the products' one signature
     buf = np.empty(4 * vwidth(x), x.dtype)
     parts = np.empty(nthreads * L.parts_n, x.dtype)  # the dense products' partial results
-    _attention_sublayer(L, L.norm1, L.qkv, L.o, x, xr, pos, no, buf, parts, nthreads)
+    _attention_sublayer(L, L.norm1, L.qkv, L.o, x, xr, pos, keys, no, buf, parts, nthreads)
     if L.has_cross:
-        _attention_sublayer(L, L.norm_cross, L.cross_q, L.cross_o, x, xr, pos, yes, buf, parts, nthreads)
+        _attention_sublayer(L, L.norm_cross, (L.cross_q,), L.cross_o, x, xr, pos, keys, yes, buf, parts,
+                            nthreads)
     _feed_forward(L, x, xr, yes, no, buf, parts, nthreads)
