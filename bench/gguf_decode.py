@@ -86,6 +86,13 @@ def run_silkattn(path, threads, repeats, ids, activations="float32"):
 
 
 def _peak_rss():  # MiB
+    """This process's peak resident set (VmHWM). Not getrusage's ru_maxrss: Linux carries that over
+    from the parent across fork and exec, so each child reported the parent's peak (the bench's
+    parent loads the model too) whenever it was the larger."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 

@@ -61,12 +61,58 @@ typedef struct {
 
 #define SA_LAYER_ROWS 16  /* outputs of a quantized product per task, as linear_q.pyx's ROWS_PER_TASK */
 
+/* What a block product needs of its input row first, by W's kind: nothing (Q8_0 and the kinds
+ * after the row kernels' with float32 activations), the block sums (Q4_0, Q4_1), or with int8
+ * activations the row rounded to 8 bits a block of 32 or (the K-quants) of 256 */
+enum { SA_X_NONE = 0, SA_X_SUMS = 1, SA_X_Q8 = 2, SA_X_Q8K = 3 };
+static inline int sa_layer_xform(const sa_layer *L, int kind) {
+    if (L->q8) return kind >= SA_Q4_K ? SA_X_Q8K : SA_X_Q8;
+    return kind == SA_Q4_0 || kind == SA_Q4_1 ? SA_X_SUMS : SA_X_NONE;
+}
+
+/* in's form for the block products (L's scratch: xs, and with int8 xq and xd), on one thread */
+static inline void sa_layer_prepare(int isa, const sa_layer *L, int form, const float *in, int64_t k) {
+    float *xs = L->xs;
+    const int64_t nbp = (k / 32 + SA_QCH - 1) / SA_QCH * SA_QCH;
+    if (form == SA_X_NONE) return;
+    for (int64_t i = 0; i < nbp; i++) xs[i] = 0;
+    if (form == SA_X_SUMS) {
+        SA_PICK(sa_linear_q_xsum_f32, isa)(in, k, 1, xs);
+        return;
+    }
+    for (int64_t i = 0; i < nbp; i++) L->xd[i] = 0;
+    if (form == SA_X_Q8K)  /* x's blocks of 256 (Q8_K), their sums per 16 in xs's bytes */
+        SA_PICK(sa_quantize_q8k_f32, isa)(in, k, 1, L->xq, L->xd, (int16_t *)xs);
+    else
+        SA_PICK(sa_quantize_q8_f32, isa)(in, k, 1, L->xq, L->xd, xs);
+}
+
+/* y[j0:j1] = (add +) in W[j0:j1]^T, ReLU'd if relu (NaN stays NaN), W blocks, in prepared */
+static inline void sa_layer_rows(int isa, const sa_layer *L, const sa_matrix *W, const float *in,
+                                 const float *add, int relu, int64_t j0, int64_t j1, float *y) {
+    const int64_t k = W->k, n = W->n, ldw = k / SA_QWEIGHTS(W->kind) * SA_QBYTES(W->kind);
+    const int ext = W->kind >= SA_QROW_KINDS;
+    const uint8_t *w = (const uint8_t *)W->w;
+    if (L->q8 && W->kind >= SA_Q4_K)
+        SA_PICK_Q8(sa_linear_q8k_rows_f32, isa)(W->kind, L->xq, L->xd, (const int16_t *)L->xs, k, 1, w, ldw, add,
+                                                j0, j1, y, n);
+    else if (ext && L->q8)
+        SA_PICK_Q8(sa_linear_q8x_rows_f32, isa)(W->kind, L->xq, L->xd, L->xs, k, 1, w, ldw, add, j0, j1, y, n);
+    else if (ext)
+        SA_PICK(sa_linear_qx_rows_f32, isa)(W->kind, in, k, 1, w, ldw, add, j0, j1, y, n);
+    else if (L->q8)
+        SA_PICK_Q8(sa_linear_q8_rows_f32, isa)(W->kind, L->xq, L->xd, L->xs, k, 1, w, ldw, n, add, j0, j1, y, n);
+    else
+        SA_PICK(sa_linear_q_rows_f32, isa)(W->kind, in, k, 1, w, ldw, n, L->xs, add, j0, j1, y, n);
+    if (relu)
+        for (int64_t j = j0; j < j1; j++) y[j] = y[j] < 0 ? 0 : y[j];
+}
+
 /* y = (r +) act(in W + b) over the team (act: relu or none); the caller's barrier before; L's
- * scratch: the block sums (and with q8 the int8 x and its scales) or the threads' partial products.
- * Blocks of the kinds after the row kernels' (Q5_0 .. Q6_K) go through linear_qx's rows. */
+ * scratch: the block sums (and with q8 the int8 x and its scales) or the threads' partial products. */
 static inline void sa_layer_product(int isa, const sa_layer *L, const sa_matrix *W, const float *in,
                                     const float *r, int relu, float *y) {
-    float *xs = L->xs, *parts = L->parts;
+    float *parts = L->parts;
     const int64_t k = W->k, n = W->n;
     if (W->kind == SA_DENSE) {
         /* each thread a contiguous share of W's rows, streamed forward (a block of columns down all
@@ -88,21 +134,11 @@ static inline void sa_layer_product(int isa, const sa_layer *L, const sa_matrix 
             SA_PICK(sa_sum_parts_f32, isa)(parts, T, n, W->b, r, relu, j0, j0 + 256 < n ? j0 + 256 : n, y);
         return;
     }
-    const int ext = W->kind >= SA_QROW_KINDS;
-    const int64_t ldw = k / SA_QWEIGHTS(W->kind) * SA_QBYTES(W->kind), tasks = (n + SA_LAYER_ROWS - 1) / SA_LAYER_ROWS;
+    const int64_t tasks = (n + SA_LAYER_ROWS - 1) / SA_LAYER_ROWS;
 #ifdef _OPENMP
 #pragma omp single
 #endif
-    if ((W->kind != SA_Q8_0 && !ext) || L->q8) {
-        const int64_t nbp = (k / 32 + SA_QCH - 1) / SA_QCH * SA_QCH;
-        for (int64_t i = 0; i < nbp; i++) xs[i] = 0;
-        if (L->q8) {
-            for (int64_t i = 0; i < nbp; i++) L->xd[i] = 0;
-            SA_PICK(sa_quantize_q8_f32, isa)(in, k, 1, L->xq, L->xd, xs);
-        } else {
-            SA_PICK(sa_linear_q_xsum_f32, isa)(in, k, 1, xs);
-        }
-    }
+    sa_layer_prepare(isa, L, sa_layer_xform(L, W->kind), in, k);
     /* the row kernels add one vector to their outputs: the residual r, or else W's bias (a block
      * product with both is refused when the record is built) */
     const float *add = r ? r : W->b;
@@ -111,17 +147,7 @@ static inline void sa_layer_product(int isa, const sa_layer *L, const sa_matrix 
 #endif
     for (int64_t t = 0; t < tasks; t++) {
         const int64_t j0 = t * SA_LAYER_ROWS, j1 = j0 + SA_LAYER_ROWS < n ? j0 + SA_LAYER_ROWS : n;
-        if (ext && L->q8)
-            SA_PICK_Q8(sa_linear_q8x_rows_f32, isa)(W->kind, L->xq, L->xd, xs, k, 1, (const uint8_t *)W->w, ldw,
-                                                    add, j0, j1, y, n);
-        else if (ext)
-            SA_PICK(sa_linear_qx_rows_f32, isa)(W->kind, in, k, 1, (const uint8_t *)W->w, ldw, add, j0, j1, y, n);
-        else if (L->q8)
-            SA_PICK_Q8(sa_linear_q8_rows_f32, isa)(W->kind, L->xq, L->xd, xs, k, 1, (const uint8_t *)W->w, ldw, n,
-                                                   add, j0, j1, y, n);
-        else
-            SA_PICK(sa_linear_q_rows_f32, isa)(W->kind, in, k, 1, (const uint8_t *)W->w, ldw, n, xs, add, j0, j1,
-                                               y, n);
+        sa_layer_rows(isa, L, W, in, add, relu, j0, j1, y);
     }
 }
 
@@ -132,12 +158,39 @@ static inline void sa_layer_norm(int isa, const sa_norm *N, const float *x, floa
         SA_PICK(sa_rms_norm_row_f32, isa)(x, N->g, eps, out, d);
 }
 
-/* y = in [W_0 | W_1 | ...] (+ b), act relu or none: the parts' outputs side by side */
+/* y = in [W_0 | W_1 | ...] (+ b), act relu or none: the parts' outputs side by side. Block parts
+ * whose input takes one form (the usual case: one kind of activations, all blocks of 32 or all of
+ * 256) share its preparation and one loop of tasks: a step pays one barrier for them, not one a part. */
 static inline void sa_layer_parts(int isa, const sa_layer *L, const sa_matrix *W, int parts, const float *in,
                                   int relu, float *y) {
+    int form = W[0].kind == SA_DENSE ? -1 : sa_layer_xform(L, W[0].kind);
+    for (int p = 1; p < parts; p++)
+        if (W[p].kind == SA_DENSE || sa_layer_xform(L, W[p].kind) != form) form = -1;
+    if (form < 0 || parts == 1) {
+        for (int p = 0; p < parts; p++) {
+            sa_layer_product(isa, L, W + p, in, NULL, relu, y);
+            y += W[p].n;
+        }
+        return;
+    }
+    int64_t first[4] = {0}, at[4] = {0};  /* each part's first task, and its first output in y */
     for (int p = 0; p < parts; p++) {
-        sa_layer_product(isa, L, W + p, in, NULL, relu, y);
-        y += W[p].n;
+        first[p + 1] = first[p] + (W[p].n + SA_LAYER_ROWS - 1) / SA_LAYER_ROWS;
+        at[p + 1] = at[p] + W[p].n;
+    }
+#ifdef _OPENMP
+#pragma omp single
+#endif
+    sa_layer_prepare(isa, L, form, in, W[0].k);
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+    for (int64_t t = 0; t < first[parts]; t++) {
+        int p = 0;
+        while (t >= first[p + 1]) p++;
+        const int64_t j0 = (t - first[p]) * SA_LAYER_ROWS, n = W[p].n;
+        sa_layer_rows(isa, L, W + p, in, W[p].b, relu, j0, j0 + SA_LAYER_ROWS < n ? j0 + SA_LAYER_ROWS : n,
+                      y + at[p]);
     }
 }
 

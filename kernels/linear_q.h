@@ -29,6 +29,12 @@
       (x, k, m, p, rows, y, ldy))                                                                   \
     X(quantize_q8, SA_PICK, (const T *x, int64_t k, int64_t m, int8_t *xq, T *xd, T *xs),           \
       (x, k, m, xq, xd, xs))                                                                        \
+    X(quantize_q8k, SA_PICK, (const T *x, int64_t k, int64_t m, int8_t *xq, T *xd, int16_t *xb),    \
+      (x, k, m, xq, xd, xb))                                                                        \
+    X(linear_q8k_rows, SA_PICK_Q8, (int kind, const int8_t *xq, const T *xd, const int16_t *xb,       \
+                                    int64_t k, int64_t m, const uint8_t *w, int64_t ldw, const T *b,   \
+                                    int64_t j0, int64_t j1, T *y, int64_t ldy),                        \
+      (kind, xq, xd, xb, k, m, w, ldw, b, j0, j1, y, ldy))                                          \
     X(linear_q8_rows, SA_PICK_Q8, (int kind, const int8_t *xq, const T *xd, const T *xs, int64_t k, \
                                    int64_t m, const uint8_t *w, int64_t ldw, int64_t n, const T *b, \
                                    int64_t j0, int64_t j1, T *y, int64_t ldy),                      \

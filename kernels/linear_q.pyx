@@ -1,7 +1,7 @@
 """y = x W (+ b) for W held as GGUF blocks (silkattn.quant.QuantizedMatrix), a few rows of x: a
 decoding step's projections, reading the file's 5 or 8.5 bits a weight."""
 from cython.parallel cimport parallel, prange
-from libc.stdint cimport int8_t, int64_t, uint8_t
+from libc.stdint cimport int8_t, int16_t, int64_t, uint8_t
 from libc.stdlib cimport free
 from libc.string cimport memset
 
@@ -9,6 +9,7 @@ include "common.pxi"
 
 cdef extern from "linear_q.h" nogil:
     int SA_Q8_0
+    int SA_Q4_K
     int SA_QBYTES(int kind)
     int SA_QWEIGHTS(int kind)
     int SA_QROW_KINDS
@@ -19,6 +20,10 @@ cdef extern from "linear_q.h" nogil:
                               int64_t ldw, int64_t n, const float *xs, const float *b, int64_t j0, int64_t j1,
                               float *y, int64_t ldy)
     void sa_quantize_q8_f32(int isa, const float *x, int64_t k, int64_t m, int8_t *xq, float *xd, float *xs)
+    void sa_quantize_q8k_f32(int isa, const float *x, int64_t k, int64_t m, int8_t *xq, float *xd, int16_t *xb)
+    void sa_linear_q8k_rows_f32(int isa, int kind, const int8_t *xq, const float *xd, const int16_t *xb, int64_t k,
+                                int64_t m, const uint8_t *w, int64_t ldw, const float *b, int64_t j0, int64_t j1,
+                                float *y, int64_t ldy)
     void sa_linear_q8_rows_f32(int isa, int kind, const int8_t *xq, const float *xd, const float *xs, int64_t k,
                                int64_t m, const uint8_t *w, int64_t ldw, int64_t n, const float *b, int64_t j0,
                                int64_t j1, float *y, int64_t ldy)
@@ -104,8 +109,10 @@ def linear_qx(const float[:, ::1] x, const uint8_t[:, ::1] blocks, int kind, con
               float[:, ::1] out, bint has_bias, bint q8, int num_threads):
     """out = x W (+ b) for W = dequantize(blocks, KINDS[kind])^T, kind one of the types after
     ROW_KINDS (Q5_0 .. Q6_K), float32 x (m, k), 1 <= m <= 8: each block decoded once in registers
-    for all the rows of x. With q8, x is reference.round_q8(x) and the products integer ones (W's
-    32 weights a run as unsigned bytes). The threads share W's rows, ROWS_PER_TASK a task."""
+    for all the rows of x. With q8, x is reference.round_q8(x, Q8_BLOCK) and the products integer
+    ones: Q5_0 and Q5_1's 32 weights a run as unsigned bytes against x's blocks of 32; the K-quants'
+    against x's blocks of 256 (llama.cpp's Q8_K: tmpl_q8k.h), their q sums per 16 in xs's bytes.
+    The threads share W's rows, ROWS_PER_TASK a task."""
     cdef Py_ssize_t m = x.shape[0], k = x.shape[1], n = blocks.shape[0], ldw = blocks.shape[1], t
     cdef Py_ssize_t ntasks = (n + ROWS_PER_TASK - 1) // ROWS_PER_TASK
     cdef Py_ssize_t nxs = m * ((k // 32 + SA_QCH - 1) // SA_QCH * SA_QCH)
@@ -136,10 +143,16 @@ def linear_qx(const float[:, ::1] x, const uint8_t[:, ::1] blocks, int kind, con
         if q8:
             memset(xs, 0, nxs * sizeof(float))
             memset(xd, 0, nxs * sizeof(float))
-            sa_quantize_q8_f32(ISA, &x[0, 0], k, m, xq, xd, xs)
-            for t in prange(ntasks, num_threads=num_threads, schedule="static"):
-                sa_linear_q8x_rows_f32(ISA, kind, xq, xd, xs, k, m, &blocks[0, 0], ldw, bias, t * ROWS_PER_TASK,
-                                       min(n, (t + 1) * ROWS_PER_TASK), &out[0, 0], n)
+            if kind >= SA_Q4_K:  # xs holds the m k / 16 int16 sums (m nxs floats >= m k / 8 bytes)
+                sa_quantize_q8k_f32(ISA, &x[0, 0], k, m, xq, xd, <int16_t *>xs)
+                for t in prange(ntasks, num_threads=num_threads, schedule="static"):
+                    sa_linear_q8k_rows_f32(ISA, kind, xq, xd, <const int16_t *>xs, k, m, &blocks[0, 0], ldw, bias,
+                                           t * ROWS_PER_TASK, min(n, (t + 1) * ROWS_PER_TASK), &out[0, 0], n)
+            else:
+                sa_quantize_q8_f32(ISA, &x[0, 0], k, m, xq, xd, xs)
+                for t in prange(ntasks, num_threads=num_threads, schedule="static"):
+                    sa_linear_q8x_rows_f32(ISA, kind, xq, xd, xs, k, m, &blocks[0, 0], ldw, bias, t * ROWS_PER_TASK,
+                                           min(n, (t + 1) * ROWS_PER_TASK), &out[0, 0], n)
         else:
             for t in prange(ntasks, num_threads=num_threads, schedule="static"):
                 sa_linear_qx_rows_f32(ISA, kind, &x[0, 0], k, m, &blocks[0, 0], ldw, bias, t * ROWS_PER_TASK,

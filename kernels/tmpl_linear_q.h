@@ -373,6 +373,8 @@ static inline SA_T SA_FN(sa_q8_half)(const uint8_t *p) {
 #endif
 }
 
+#include "tmpl_q8p.h"
+
 /* y[r, j + u] = round_q8(x[r]) . W[j + u] (+ b[j + u]) for the M rows r of x (xq, xd, xs of
  * sa_quantize_q8; ld k) and the J rows u of W from row j (of n; ld ldw bytes). Each block's scales
  * converted where it is read (one F16C conversion: a gather of many blocks' scales costs more than
@@ -437,6 +439,10 @@ static inline __attribute__((always_inline)) void SA_FN(sa_q8_rows)(const int ki
 static void SA_FN(sa_linear_q8_rows)(int kind, const int8_t *xq, const SA_T *xd, const SA_T *xs, int64_t k, int64_t m,
                                      const uint8_t *w, int64_t ldw, int64_t n, const SA_T *b, int64_t j0, int64_t j1,
                                      SA_T *y, int64_t ldy) {
+#if SA_X86 && SA_VBYTES == 64 && defined(__AVX512BW__)
+    SA_FN(sa_linear_q8p_rows)(kind, xq, xd, xs, k, m, w, ldw, n, b, j0, j1, y, ldy);
+    return;
+#endif
 #define SA_Q8_ROWS_CALL(K, M) SA_FN(sa_q8_rows)(K, M, xq, xd, xs, k, w, ldw, n, b, j0, j1, y, ldy)
     SA_QSWITCH(kind, m, SA_Q8_ROWS_CALL)
 #undef SA_Q8_ROWS_CALL
@@ -731,6 +737,12 @@ static inline __attribute__((always_inline)) void SA_FN(sa_q8x_rows)(const int k
 static void SA_FN(sa_linear_q8x_rows)(int kind, const int8_t *xq, const SA_T *xd, const SA_T *xs, int64_t k,
                                       int64_t m, const uint8_t *w, int64_t ldw, const SA_T *b, int64_t j0,
                                       int64_t j1, SA_T *y, int64_t ldy) {
+#if SA_X86 && SA_VBYTES == 64 && defined(__AVX512BW__)
+    if (kind == SA_Q5_0 || kind == SA_Q5_1) {
+        SA_FN(sa_linear_q8p_rows)(kind, xq, xd, xs, k, m, w, ldw, j1, b, j0, j1, y, ldy);
+        return;
+    }
+#endif
 #define SA_Q8X_CALL(K, M) SA_FN(sa_q8x_rows)(K, M, xq, xd, xs, k, w, ldw, b, j0, j1, y, ldy)
     SA_QX_SWITCH(kind, m, SA_Q8X_CALL)
 #undef SA_Q8X_CALL
@@ -786,5 +798,7 @@ static void SA_FN(sa_dequantize_rows)(int kind, const uint8_t *w, int64_t ldw, i
         }
     }
 }
+
+#include "tmpl_q8k.h"
 
 #endif

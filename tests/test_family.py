@@ -202,7 +202,7 @@ def test_int8_activations_of_every_type_match_their_reference(files, arch, on_ba
     from silkattn._testing import TOL_Q8
     model = llama.load(files[arch, "mixed"], activations="int8")
     assert all(W.q8 for L in model.layers for W in L.products)
-    P, ids = q8_params(model.params), [4, 9, 16, 25, 36, 49, 64, 81, 100]
+    P, ids = q8_params(model), [4, 9, 16, 25, 36, 49, 64, 81, 100]
     assert_matches(model.forward(ids), ref.llama(ids, P), np.float32, TOL_Q8)
     cache = model.cache(len(ids))
     model._run(np.array(ids[:3]), cache, 0)

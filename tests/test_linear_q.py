@@ -151,22 +151,23 @@ def test_linear_q_int8_activations_of_nan_and_inf(any_backend, rng, kind, m):
         assert_close_q(y[1:-1], X[1:-1], W, None, uses_kernel(any_backend, X))
 
 
-def test_round_q8_is_a_grid_of_255_steps_a_block(rng):
+@pytest.mark.parametrize("block", [32, 256])
+def test_round_q8_is_a_grid_of_255_steps_a_block(rng, block):
     """round_q8: each block is q d with integer |q| <= 127, d = max |x| / 127, within d / 2 of x (in
     x's dtype's rounding); zeros stay zeros; float64 and float32 alike; any leading shape."""
     for dtype in (np.float32, np.float64):
-        X = (rng.standard_normal((3, 2, 128)) * np.exp(rng.uniform(-20, 20, (3, 2, 128)))).astype(dtype)
-        X[0, 0, :32] = 0
-        R = ref.round_q8(X)
+        X = (rng.standard_normal((3, 2, 512)) * np.exp(rng.uniform(-20, 20, (3, 2, 512)))).astype(dtype)
+        X[0, 0, :block] = 0
+        R = ref.round_q8(X, block)
         assert R.dtype == dtype and R.shape == X.shape
-        blocks, rounded = X.reshape(-1, 32).astype(np.float64), R.reshape(-1, 32).astype(np.float64)
+        blocks, rounded = X.reshape(-1, block).astype(np.float64), R.reshape(-1, block).astype(np.float64)
         d = np.abs(blocks).max(-1, keepdims=True) / 127
         q = np.divide(rounded, d, out=np.zeros_like(rounded), where=d > 0)
         eps = np.finfo(dtype).eps
         np.testing.assert_allclose(q, np.rint(q), atol=1e-3)
         assert (np.abs(q) <= 127 + 1e-3).all()
         assert (np.abs(rounded - blocks) <= d * (0.5 + 200 * eps)).all()
-        assert not R[0, 0, :32].any()
+        assert not R[0, 0, :block].any()
 
 
 def test_linear_q_out_float64_views_and_read_only_blocks(any_backend, rng, tmp_path):
@@ -323,14 +324,15 @@ EXT_KINDS = [kind for kind in KINDS if kind not in ROW_KINDS]
 def test_linear_of_the_dequantized_kinds(any_backend, threads, rng, kind, rows, blocks_a_row, n, activations):
     """Q5_0, Q5_1, Q4_K, Q5_K, Q6_K: ops.linear is X W on W dequantized to the bit (the GEMM path's
     panels, for any number of rows), within the GEMM's summation bound (k + 2 roundings), with a bias
-    and with int8 activations (reference.round_q8(X) W)."""
+    and with int8 activations (reference.round_q8(X, Q8_BLOCK) W: blocks of 32, the K-quants' of 256
+    as llama.cpp's Q8_K)."""
     k = blocks_a_row * ref.QUANT_BLOCKS[kind][0]
     W = QuantizedMatrix(kind, any_blocks(rng, kind, n, k), activations)
     assert W.shape == (k, n) and W.block_weights == ref.QUANT_BLOCKS[kind][0]
     X = rng.standard_normal((rows, k)).astype(np.float32)
     b = rng.standard_normal(n).astype(np.float32)
     y = any_backend.linear(X, W, b)
-    X64, W64 = f64(ref.round_q8(X) if W.q8 else X, ref.dequantize(W.blocks, kind).T)
+    X64, W64 = f64(ref.round_q8(X, ref.Q8_BLOCK[kind]) if W.q8 else X, ref.dequantize(W.blocks, kind).T)
     expected, M = X64 @ W64 + b, np.abs(X64) @ np.abs(W64) + np.abs(b)
     assert y.dtype == np.float32 and y.shape == (rows, n)
     assert (np.abs(y - expected) <= (k + 2) * 2.0 ** -24 * M).all()
@@ -339,17 +341,25 @@ def test_linear_of_the_dequantized_kinds(any_backend, threads, rng, kind, rows, 
 @pytest.mark.parametrize("kind", EXT_KINDS)
 def test_the_dequantized_kinds_are_refused_by_the_row_kernels(backend, kind, rng):
     """The few-row kernel has no loops for these kinds: called directly with one it refuses (the ops
-    never call it so), and the fused step's record refuses such a matrix by name."""
-    import silkattn
+    never call it so: linear_qx takes them, in the fused step too)."""
     W = QuantizedMatrix(kind, any_blocks(rng, kind, 8, 256))
     with pytest.raises(ValueError, match="linear_q"):
         backend.KERNELS.linear_q(np.ones((1, 256), np.float32), W.blocks, W.code, np.zeros(1, np.float32),
                                  np.empty((1, 8), np.float32), False, False, 1)
-    with pytest.raises(ValueError, match=f"o is {kind} blocks"):
-        silkattn.ops.layer_step_record(  # d 8, one head of 256 whose o is (256, 8) in the kind's blocks
-            heads=1, norm1=np.ones(8, np.float32), qkv=np.ones((8, 768), np.float32), o=W,
-            norm2=np.ones(8, np.float32), up=np.ones((8, 16), np.float32), down=np.ones((16, 8), np.float32),
-            cache=(np.zeros((1, 4, 256), np.float32),) * 2, eps=1e-5)
+
+
+@pytest.mark.parametrize("kind", EXT_KINDS)
+def test_the_other_kinds_int8_activations_of_nan_and_inf(any_backend, rng, kind):
+    """A block of x (32 values, 256 for the K-quants) holding a NaN or an inf makes that row's every
+    output NaN, as in the reference; the other rows are round_q8(X, Q8_BLOCK) W."""
+    k = 2 * ref.QUANT_BLOCKS[kind][0]
+    W = QuantizedMatrix(kind, any_blocks(rng, kind, 33, k), "int8")
+    X = rng.standard_normal((4, k)).astype(np.float32)
+    X[0, 40], X[-1, k - 1] = np.nan, -np.inf
+    y = any_backend.linear(X, W)
+    assert np.isnan(y[0]).all() and np.isnan(y[-1]).all() and not np.isnan(y[1:-1]).any()
+    X64, W64 = f64(ref.round_q8(X[1:-1], ref.Q8_BLOCK[kind]), ref.dequantize(W.blocks, kind).T)
+    assert (np.abs(y[1:-1] - X64 @ W64) <= (k + 2) * 2.0 ** -24 * (np.abs(X64) @ np.abs(W64))).all()
 
 
 @pytest.mark.parametrize("kind", EXT_KINDS)

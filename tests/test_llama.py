@@ -183,11 +183,18 @@ def test_fused_decode_step_matches_the_reference_and_the_ops(files, kind, on_bac
         assert_matches(fused[:, :, :, :p + 1], ops[:, :, :, :p + 1], np.float32)
 
 
-def q8_params(P):
-    """The int8 path's oracle: P with every product's matrix rounding its rows first (ref.RoundsQ8)."""
-    layers = [dict(p, attn=tuple(map(ref.RoundsQ8, p["attn"])), ffn=tuple(map(ref.RoundsQ8, p["ffn"])))
-              for p in P["layers"]]
-    return dict(P, layers=layers, out=ref.RoundsQ8(P["out"]))
+def q8_params(model):
+    """The int8 path's oracle: model.params with every product's matrix rounding its rows first
+    (ref.RoundsQ8), in blocks of its type's Q8_BLOCK (32, or the K-quants' 256)."""
+    P = model.params
+
+    def blocks(M, n):  # the round_q8 block of each of a joined matrix's n parts
+        return [ref.Q8_BLOCK[W.kind] for W in (M if isinstance(M, tuple) else (M,) * n)]
+
+    layers = [dict(p, attn=tuple(map(ref.RoundsQ8, p["attn"], blocks(L.wqkv, 3) + blocks(L.wo, 1))),
+                   ffn=tuple(map(ref.RoundsQ8, p["ffn"], blocks(L.wgu, 2) + blocks(L.wd, 1))))
+              for p, L in zip(P["layers"], model.layers)]
+    return dict(P, layers=layers, out=ref.RoundsQ8(P["out"], ref.Q8_BLOCK[model.head.kind]))
 
 
 @pytest.mark.parametrize("kind", ["Q8_0", "Q4_0", "Q4_1", "gqa-q4"])
@@ -197,7 +204,7 @@ def test_int8_activations_match_their_reference(files, kind, on_backend, threads
     its input's dtype, float32 in the kernels) with every product's rows rounded, within TOL_Q8."""
     model = llama.load(files[kind], activations="int8")
     assert all(W.q8 for L in model.layers for W in (L.wqkv, L.wo, L.wgu, L.wd)) and model.head.q8
-    P, ids = q8_params(model.params), [1, 70, 80, 90, 100, 3, 250, 7, 9, 40, 41, 42, 5, 6]
+    P, ids = q8_params(model), [1, 70, 80, 90, 100, 3, 250, 7, 9, 40, 41, 42, 5, 6]
     assert_matches(model.forward(ids[:11]), ref.llama(ids[:11], P), np.float32, TOL_Q8)
     fused, ops = model.cache(len(ids)), model.cache(len(ids))
     prefill = model._run(np.array(ids[:3]), fused, 0, last_only=False)
@@ -481,7 +488,7 @@ def test_k_quant_files_run_on_their_blocks(tmp_path, on_backend, activations):
     kinds = [(L.wqkv.kind, L.wo.kind, L.wgu.kind, L.wd.kind) for L in model.layers]
     assert kinds == [("Q4_K", "Q5_0", "Q5_K", "Q6_K"), ("Q4_K", "Q5_1", "Q5_K", "Q6_K")] and model._fused
     assert model.emb.kind == "Q8_0" and all(L.wd.activations == activations for L in model.layers)
-    P = model.params if activations == "float32" else q8_params(model.params)
+    P = model.params if activations == "float32" else q8_params(model)
     ids = [1, 70, 80, 90, 100, 3, 250, 7, 9, 40, 41, 42]
     expected = ref.llama(ids, params64(P) if activations == "float32" else P)
     tol = () if activations == "float32" else (TOL_Q8,)

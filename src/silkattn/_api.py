@@ -255,10 +255,10 @@ def _team_gemm(kernel, dtype, rows, k, n, few=False):
 
 def linear_q(kernels, X, W, b, out):
     """linear with W a QuantizedMatrix, in np.result_type(X, float32) (b's dtype too, as for a float
-    W), of X or, for W.activations "int8", of reference.round_q8(X): a few float32 rows run the
-    backend's linear_q kernel on W's blocks (integer products for int8) where W's kind has one
-    (quant.ROW_KINDS), or its linear_qx kernel (the other kinds, each block decoded in registers;
-    integer products too); more float32 rows take numpy's GEMM on W
+    W), of X or, for W.activations "int8", of reference.round_q8(X, Q8_BLOCK[W.kind]): a few
+    float32 rows run the backend's linear_q kernel on W's blocks (integer products for int8) where
+    W's kind has one (quant.ROW_KINDS), or its linear_qx kernel (the other kinds, each block decoded
+    in registers; integer products too); more float32 rows take numpy's GEMM on W
     dequantized a panel at a time (the backend's dequantize kernel, never the whole matrix);
     float64, or a backend without those kernels, numpy's matmul with W.dequantize()."""
     X = as_float_array(X, "X")
@@ -285,7 +285,7 @@ def linear_q(kernels, X, W, b, out):
         return out
     X = X.astype(dtype, copy=False)
     if W.q8 and X.size:
-        X = ref.round_q8(X)  # what the kernels' integer products see
+        X = ref.round_q8(X, ref.Q8_BLOCK[W.kind])  # what the kernels' integer products see
     if _team_gemm(kernels.gemm_q, dtype, rows, k, n, few=not rowed):
         with _blas.threads(1):  # the team's sgemm calls, each on one thread
             kernels.gemm_q(_rows(X), W.blocks, W.code, out.reshape(-1, n), *_blas.sgemm(),

@@ -21,11 +21,12 @@ TOL_MODEL = {
 # A model whose products round their rows to 8 bits (QuantizedMatrix.activations "int8") against
 # reference.llama doing the same in float32: the same arithmetic, except that an activation within
 # a rounding of the midpoint between two of its block's 255 steps may round to either step (the
-# kernels sum in their own order), moving one product's term by d = max |x| / 127: in the tests'
-# small models, logits by up to a few hundredths. The integer products themselves are held to
-# float32's bound, their q exact (tests/test_linear_q.py); this table is for whole models.
+# kernels sum in their own order), moving one product's term by d = max |x| / 127 (the max over a
+# block of 32, or of 256 for the K-quants: a larger step): in the tests' small models, logits by
+# up to several hundredths. The integer products themselves are held to float32's bound, their q
+# exact (tests/test_linear_q.py); this table is for whole models.
 TOL_Q8 = {
-    np.dtype(np.float32): dict(rtol=2e-2, atol=5e-2),
+    np.dtype(np.float32): dict(rtol=2e-2, atol=1e-1),
 }
 
 

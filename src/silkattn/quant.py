@@ -26,8 +26,9 @@ class QuantizedMatrix:
     of the file will do: it is never copied). W's shape is (k, n), so ops.linear(X, W) is X W as
     for a float W of that shape: the file's (out, in) matrix applied to rows of X.
 
-    activations: what ops.linear(X, W) multiplies. "float32": X as it is. "int8": round_q8(X)
-    (silkattn.reference: X a block of 32 at a time as 8-bit integers times a scale), as llama.cpp's
+    activations: what ops.linear(X, W) multiplies. "float32": X as it is. "int8": round_q8(X,
+    Q8_BLOCK[kind]) (silkattn.reference: X a block of 32 at a time as 8-bit integers times a scale,
+    256 for the K-quants, as llama.cpp's Q8_0 and Q8_K), as llama.cpp's
     dot products take their activations, so that the kernels multiply bytes by bytes (integer
     dot-product instructions) instead of converting every weight to float; a slightly different
     product, measured in perplexity (bench/perplexity.py). dataclasses.replace(W, activations=...)

@@ -507,24 +507,32 @@ def _k_scales(s):  # (..., 12) bytes -> the 8 6-bit scales and 8 6-bit mins of Q
     return scales, mins
 
 
-def round_q8(x):  # x: (..., 32 nblocks) -> the same shape and dtype
-    """x as integer dot products see it (llama.cpp's 8-bit activations), a block of 32 at a time:
-    with a = max |x| over the block, x ~ d q, q = rint(x (127 / a)) in int8 and d = a / 127, each
-    step rounded in x's dtype. A block of zeros stays zero; one holding a NaN or an inf is all NaN."""
-    blocks = x.reshape(*x.shape[:-1], -1, 32)
+# the values of x a scale of round_q8 covers, by the type of W it multiplies: llama.cpp's Q8_0 for
+# the blocks of 32, Q8_K (one scale a block of 256) for the K-quants
+Q8_BLOCK = {**{kind: 32 for kind in ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")},
+            "Q4_K": 256, "Q5_K": 256, "Q6_K": 256}
+
+
+def round_q8(x, block=32):  # x: (..., block nblocks) -> the same shape and dtype
+    """x as integer dot products see it (llama.cpp's 8-bit activations), a block of `block` values
+    at a time (Q8_BLOCK): with a = max |x| over the block, x ~ d q, q = rint(x (127 / a)) in int8
+    and d = a / 127, each step rounded in x's dtype. A block of zeros stays zero; one holding a NaN
+    or an inf is all NaN."""
+    blocks = x.reshape(*x.shape[:-1], -1, block)
     a = np.abs(blocks).max(-1, keepdims=True)  # (..., nblocks, 1); NaN if the block holds one
     a = np.where(np.isfinite(a), a, x.dtype.type(np.nan))
     inv = x.dtype.type(127) / np.where(a == 0, x.dtype.type(1), a)
     return (np.rint(blocks * inv) * (a / x.dtype.type(127))).reshape(x.shape)
 
 
-class RoundsQ8:  # W whose products round their rows first: X @ RoundsQ8(W) = round_q8(X) @ W
-    """A matrix that multiplies as a QuantizedMatrix with activations "int8" does: reference.llama on
-    params holding these instead of float matrices is the int8 path's oracle."""
+class RoundsQ8:  # W whose products round their rows first: X @ RoundsQ8(W) = round_q8(X, block) @ W
+    """A matrix that multiplies as a QuantizedMatrix with activations "int8" does (block: Q8_BLOCK of
+    its type): reference.llama on params holding these instead of float matrices is the int8 path's
+    oracle."""
     __array_ufunc__ = None  # numpy's X @ self then defers to __rmatmul__
 
-    def __init__(self, W):
-        self.W = W
+    def __init__(self, W, block=32):
+        self.W, self.block = W, block
 
     def __rmatmul__(self, X):
-        return round_q8(X) @ self.W
+        return round_q8(X, self.block) @ self.W

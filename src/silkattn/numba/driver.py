@@ -193,8 +193,8 @@ def linear_q(x, blocks, kind, b, out, has_bias, q8, num_threads):
 def linear_qx(x, blocks, kind, b, out, has_bias, q8, num_threads):
     """The kernel contract's linear_qx (see linear_q.linear_qx_rows): the kinds after ROW_KINDS,
     float32 x of 1 to 8 rows; its inputs read-only (one compiled signature). q8: x's rows rounded
-    to 8 bits a block first (reference.round_q8), then the same float products (Numba reaches no
-    integer dot-product instruction)."""
+    to 8 bits a block first (reference.round_q8, the K-quants' blocks of 256), then the same float
+    products (Numba reaches no integer dot-product instruction)."""
     if not _linear_q.ROW_KINDS <= int(kind) < len(_linear_q.BLOCK_BYTES):
         raise ValueError(f"linear_qx: kind {kind} is not one of the kinds after the row kernels'")
     m, k = x.shape
@@ -206,7 +206,7 @@ def linear_qx(x, blocks, kind, b, out, has_bias, q8, num_threads):
                          f"kind {kind}")
     if q8:
         from .. import reference
-        x = np.ascontiguousarray(reference.round_q8(x), np.float32)
+        x = np.ascontiguousarray(reference.round_q8(x, _linear_q.BLOCK_WEIGHTS[int(kind)]), np.float32)
     _linear_q.linear_qx_rows(_read_only(x), _read_only(np.asarray(blocks)), int(kind), _read_only(b),
                              bool(has_bias), out, _use_threads(num_threads))
 

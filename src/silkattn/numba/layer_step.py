@@ -48,7 +48,7 @@ from ._simd import (
 )
 from .layer_norm import layer_norm_row
 from .linear import linear_rows
-from .linear_q import ROW_KINDS, _round_q8, linear_q8_rows, linear_q_rows, linear_qx_rows
+from .linear_q import Q4_K, ROW_KINDS, _round_q8, linear_q8_rows, linear_q_rows, linear_qx_rows
 from .silu_mul import _gate as _gate_register
 
 # The record (silkattn._step.LayerStep), as the kernel reads it. A norm: g, and b (empty: RMSNorm).
@@ -413,6 +413,8 @@ def _product(M, xin, xr, rr, residual, relu, y, parts, q8, nthreads):
     flags come in as values, never literals: linear_q_rows and _dense keep one signature."""
     if M.w.dtype == np.uint8:
         _product_blocks(M, xr, rr, residual, y, q8, nthreads)
+        if relu:
+            _relu(y, M.n)
     else:
         _dense(xin, M.w, M.b, M.b.size > 0, relu, residual, y, parts, nthreads)
 
@@ -422,11 +424,20 @@ def _product_typed(M, xin, xr, rr, residual, relu, y, parts, q8, nthreads):
     if M.types[0].dtype == types.uint8:
         def blocks(M, xin, xr, rr, residual, relu, y, parts, q8, nthreads):
             _product_blocks(M, xr, rr, residual, y, q8, nthreads)
+            if relu:
+                _relu(y, M.n)
         return blocks
 
     def dense(M, xin, xr, rr, residual, relu, y, parts, q8, nthreads):
         _dense(xin, M.w, M.b, M.b.size > 0, relu, residual, y, parts, nthreads)
     return dense
+
+
+@jit(cache=CACHE)
+def _relu(y, n):  # y[:n] = max(y, 0), NaN staying NaN
+    for j in range(n):
+        if y[j] < 0:
+            y[j] = 0
 
 
 @jit(inline="always")
@@ -447,7 +458,7 @@ def _blocks_any(M, xr, b, has_b, y, q8, nthreads):  # _product_blocks with its b
         _blocks(q8, xr[:k].reshape(1, k), M.w, M.kind, b, has_b, y[:n].reshape(1, n), nthreads)
     elif q8:
         rounded = np.empty(k, xr.dtype)
-        _round_q8(xr, 1, k, rounded)
+        _round_q8(xr, 1, k, rounded, 256 if M.kind >= Q4_K else 32)
         linear_qx_rows(rounded.reshape(1, k), M.w, M.kind, b, has_b, y[:n].reshape(1, n), nthreads)
     else:
         linear_qx_rows(xr[:k].reshape(1, k), M.w, M.kind, b, has_b, y[:n].reshape(1, n), nthreads)

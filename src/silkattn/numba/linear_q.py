@@ -229,30 +229,30 @@ def linear_q_rows(x, blocks, kind, b, has_bias, out, nthreads):
 
 # No fastmath: the rounding must be the reference's float32 operations, and the NaN test must stay.
 @jit(cache=CACHE)
-def _round_q8(xf, m, k, of):
-    """of = round_q8(x) for the m rows of x (flat xf, k a multiple of 32): per block, a = max |x|,
-    q = rint(x (127 / a)) and d = a / 127 in float32, of = q d (reference.round_q8's operations); a
-    block of zeros stays zero, one holding a NaN or an inf becomes NaN."""
+def _round_q8(xf, m, k, of, block=32):
+    """of = round_q8(x, block) for the m rows of x (flat xf, k a multiple of block): per block, a =
+    max |x|, q = rint(x (127 / a)) and d = a / 127 in float32, of = q d (reference.round_q8's
+    operations); a block of zeros stays zero, one holding a NaN or an inf becomes NaN."""
     big = np.float32(3.4028235e38)
-    for o in range(0, m * k, 32):
+    for o in range(0, m * k, block):
         a = np.float32(0)
         bad = False
-        for t in range(32):
+        for t in range(block):
             v = abs(xf[o + t])
             if not v <= big:
                 bad = True
             elif v > a:
                 a = v
         if bad:
-            for t in range(32):
+            for t in range(block):
                 of[o + t] = np.float32(np.nan)
         elif a == 0:
-            for t in range(32):
+            for t in range(block):
                 of[o + t] = 0
         else:
             inv = np.float32(127) / a
             d = a / np.float32(127)
-            for t in range(32):
+            for t in range(block):
                 of[o + t] = np.rint(xf[o + t] * inv) * d
 
 
