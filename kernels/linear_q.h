@@ -40,3 +40,50 @@
                                    int64_t j0, int64_t j1, T *y, int64_t ldy),                      \
       (kind, xq, xd, xs, k, m, w, ldw, n, b, j0, j1, y, ldy))
 SA_DISPATCHERS_F32(SA_LINEAR_Q_KERNELS)
+
+/* The integer GEMM (tmpl_gemm_q8.h): only a copy with AVX-512 VNNI has it, the avx512vnni copy of a
+ * portable build or the avx512 copy of a build for a VNNI CPU. sa_gemm_q8_usable says whether this
+ * CPU runs it with the copy chosen (isa); the wrappers are called only where it does. */
+#if SA_X86 && defined(SA_HAS_VNNI_COPY)
+#define SA_GQ8(fn) fn##_f32_avx512vnni
+#define SA_GQ8_BUILT 1
+#elif SA_X86 && defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#define SA_GQ8(fn) fn##_f32_avx512
+#define SA_GQ8_BUILT 1
+#else
+#define SA_GQ8_BUILT 0
+#endif
+static inline int sa_gemm_q8_usable(int isa) {
+#if SA_GQ8_BUILT
+    return isa == SA_ISA_AVX512 && sa_cpu_has_vnni();
+#else
+    (void)isa;
+    return 0;
+#endif
+}
+static inline void sa_gq8_pack_a_f32(const float *x, int64_t m, int64_t k, int block, uint8_t *a, float *d,
+                                     float *xs) {
+#if SA_GQ8_BUILT
+    SA_GQ8(sa_gq8_pack_a)(x, m, k, block, a, d, xs);
+#else
+    (void)x, (void)m, (void)k, (void)block, (void)a, (void)d, (void)xs;
+#endif
+}
+static inline int64_t sa_gq8_scratch_f32(int64_t k) {
+#if SA_GQ8_BUILT
+    return SA_GQ8(sa_gq8_scratch)(k);
+#else
+    (void)k;
+    return 0;
+#endif
+}
+static inline void sa_gq8_cols_f32(int kind, const uint8_t *a, const float *d, const float *xs, int64_t m,
+                                   int64_t k, const uint8_t *w, int64_t ldw, int64_t j0, int64_t j1, float *y,
+                                   int64_t ldy, void *scratch) {
+#if SA_GQ8_BUILT
+    SA_GQ8(sa_gq8_cols)(kind, a, d, xs, m, k, w, ldw, j0, j1, y, ldy, scratch);
+#else
+    (void)kind, (void)a, (void)d, (void)xs, (void)m, (void)k, (void)w, (void)ldw, (void)j0, (void)j1, (void)y;
+    (void)ldy, (void)scratch;
+#endif
+}

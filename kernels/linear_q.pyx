@@ -36,6 +36,11 @@ cdef extern from "linear_q.h" nogil:
                                 int64_t rows, float *out)
     void sa_panel_dots_f32(int isa, const float *x, int64_t k, int64_t m, const float *p, int64_t rows, float *y,
                            int64_t ldy)
+    int sa_gemm_q8_usable(int isa)
+    void sa_gq8_pack_a_f32(const float *x, int64_t m, int64_t k, int block, uint8_t *a, float *d, float *xs)
+    int64_t sa_gq8_scratch_f32(int64_t k)
+    void sa_gq8_cols_f32(int kind, const uint8_t *a, const float *d, const float *xs, int64_t m, int64_t k,
+                         const uint8_t *w, int64_t ldw, int64_t j0, int64_t j1, float *y, int64_t ldy, void *scratch)
 
 KINDS = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")  # by their code (silkattn.quant.KINDS)
 ROW_KINDS = KINDS[:SA_QROW_KINDS]  # those linear_q (and layer_step) multiply; dequantize and gemm_q take all
@@ -229,3 +234,54 @@ def gemm_q(const float[:, ::1] x, const uint8_t[:, ::1] blocks, int kind, float[
         free(buf)
     if failed:
         raise MemoryError(f"gemm_q could not allocate {panel * k * 4} bytes of panel per thread")
+
+
+cdef Py_ssize_t GQ8_PANEL = 32  # W's rows (out's columns) a task of gemm_q8: a panel of tmpl_gemm_q8.h
+
+
+def gemm_q8(const float[:, ::1] x, const uint8_t[:, ::1] blocks, int kind, float[:, ::1] out, int num_threads):
+    """out = round_q8(x, block) W^T for W = dequantize(blocks, KINDS[kind]), block 32 (256 for the
+    K-quants: reference.Q8_BLOCK), many rows of x, as integer products (tmpl_gemm_q8.h): x's rows
+    rounded to bytes once (the threads share the rows), then each thread a panel of 32 of W's rows
+    at a time, unpacked to bytes and multiplied with all of x's. Returns False, having done nothing,
+    where the CPU or the copy chosen has no AVX-512 VNNI (the caller takes gemm_q's float path)."""
+    cdef Py_ssize_t m = x.shape[0], k = x.shape[1], n = blocks.shape[0], ldw = blocks.shape[1], t, r
+    cdef Py_ssize_t n32 = k // 32, tasks = (n + GQ8_PANEL - 1) // GQ8_PANEL
+    cdef int block = 256 if kind >= SA_Q4_K else 32
+    cdef uint8_t *a = NULL
+    cdef float *ad = NULL
+    cdef float *axs = NULL
+    cdef void *scratch
+    cdef int failed = 0
+    if not _fits(kind, k, ldw) or out.shape[0] != m or out.shape[1] != n:
+        raise ValueError(f"gemm_q8: kind {kind}, blocks ({n}, {ldw}), x ({m}, {k}) and out ({out.shape[0]}, "
+                         f"{out.shape[1]}) do not fit")
+    if not sa_gemm_q8_usable(ISA):
+        return False
+    if m == 0 or n == 0:
+        return True
+    a = <uint8_t *>sa_alloc(m * k)
+    ad = <float *>sa_alloc(m * n32 * sizeof(float))
+    axs = <float *>sa_alloc(m * n32 * sizeof(float))
+    if a == NULL or ad == NULL or axs == NULL:
+        free(a)
+        free(ad)
+        free(axs)
+        raise MemoryError(f"gemm_q8 could not allocate x's {m} x {k} bytes")
+    with nogil, parallel(num_threads=num_threads):
+        for r in prange(m, schedule="static"):
+            sa_gq8_pack_a_f32(&x[r, 0], 1, k, block, a + r * k, ad + r * n32, axs + r * n32)
+        scratch = sa_alloc(sa_gq8_scratch_f32(k))
+        for t in prange(tasks, schedule="static"):
+            if scratch == NULL:
+                failed += 1
+                continue
+            sa_gq8_cols_f32(kind, a, ad, axs, m, k, &blocks[0, 0], ldw, t * GQ8_PANEL, min(n, (t + 1) * GQ8_PANEL),
+                            &out[0, 0], n, scratch)
+        free(scratch)
+    free(a)
+    free(ad)
+    free(axs)
+    if failed:
+        raise MemoryError(f"gemm_q8 could not allocate {sa_gq8_scratch_f32(k)} bytes of panel per thread")
+    return True

@@ -800,5 +800,6 @@ static void SA_FN(sa_dequantize_rows)(int kind, const uint8_t *w, int64_t ldw, i
 }
 
 #include "tmpl_q8k.h"
+#include "tmpl_gemm_q8.h"
 
 #endif

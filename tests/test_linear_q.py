@@ -391,3 +391,26 @@ def test_the_few_row_kernel_of_the_other_kinds_checks_what_it_is_given(backend, 
     with pytest.raises(ValueError, match="linear_qx"):
         kernel(np.ones((1, 2 * k), np.float32), W.blocks, W.code, b, np.empty((1, 40), np.float32), False,
                False, 1)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("m, blocks_a_row, n", [(9, 1, 1), (13, 2, 31), (6, 3, 33), (7, 1, 64), (12, 2, 95),
+                                                (40, 1, 200), (0, 1, 8)])
+def test_the_integer_gemm_on_every_edge(rng, kind, m, blocks_a_row, n):
+    """Kernels.gemm_q8 (cython, AVX-512 VNNI), called directly: out = round_q8(X, Q8_BLOCK) W within
+    float32's summation bound, on rows that are not a whole micro-tile (6), columns not a whole panel
+    (32), depths of one to three blocks, no rows at all; it says False where the CPU has no VNNI."""
+    import silkattn.cython
+    gemm_q8 = silkattn.cython.KERNELS.gemm_q8
+    k = blocks_a_row * ref.QUANT_BLOCKS[kind][0]
+    W = QuantizedMatrix(kind, any_blocks(rng, kind, n, k))
+    X = rng.standard_normal((m, k)).astype(np.float32)
+    out = np.full((m, n), np.nan, np.float32)
+    if not gemm_q8(X, W.blocks, W.code, out, 2):
+        assert np.isnan(out).all()
+        pytest.skip("this CPU (or the copy forced) has no AVX-512 VNNI: the float GEMM path runs instead")
+    if m:
+        X64, W64 = f64(ref.round_q8(X, ref.Q8_BLOCK[kind]), ref.dequantize(W.blocks, kind).T)
+        assert (np.abs(out - X64 @ W64) <= (k + 2) * 2.0 ** -24 * (np.abs(X64) @ np.abs(W64))).all()
+    with pytest.raises(ValueError, match="gemm_q8"):
+        gemm_q8(X, W.blocks, W.code, np.empty((m, n + 1), np.float32), 1)

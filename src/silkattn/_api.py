@@ -39,6 +39,9 @@ result array they may write. The kernel contract (the same for every backend):
     gemm_q(x, blocks, kind, out, sgemm, ilp64, num_threads)
                                                          the same for W as blocks (linear_q's), a panel of
                                                          W's rows dequantized a thread at a time first
+    gemm_q8(x, blocks, kind, out, num_threads)           out = round_q8(x, Q8_BLOCK) W for many rows, as
+                                                         integer products; returns False (nothing done)
+                                                         where the CPU cannot (optional: AVX-512 VNNI)
     layer_step(step, x, pos, num_threads)                one token through one decoder layer, in place on
                                                          its residual row x (d,) float32 at position pos
                                                          < step.capacity: step is a silkattn._step.LayerStep
@@ -284,6 +287,12 @@ def linear_q(kernels, X, W, b, out):
                           b is not None, W.q8, threads_for(k * n, LINEAR_WORK))
         return out
     X = X.astype(dtype, copy=False)
+    integer = W.q8 and kernels.gemm_q8 is not None and dtype == np.float32 and rows > LINEAR_ROWS and n
+    if integer and kernels.gemm_q8(_rows(X), W.blocks, W.code, out.reshape(-1, n),
+                                   threads_for(rows * k * n, GEMM_WORK)):
+        if b is not None:
+            out += b
+        return out
     if W.q8 and X.size:
         X = ref.round_q8(X, ref.Q8_BLOCK[W.kind])  # what the kernels' integer products see
     if _team_gemm(kernels.gemm_q, dtype, rows, k, n, few=not rowed):

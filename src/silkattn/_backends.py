@@ -47,6 +47,7 @@ class Kernels:
     dequantize: Kernel = None       # rows of GGUF blocks to float32 (a prefill's panels of W)
     gemm: Kernel = None             # x W for many rows on silkattn's team: a BLAS sgemm a thread (_blas)
     gemm_q: Kernel = None           # the same with W as GGUF blocks, dequantized a panel a thread
+    gemm_q8: Kernel = None          # the same with int8 activations as integer products (AVX-512 VNNI)
     layer_step: Kernel = None       # one decoder layer for one token from its record (silkattn._step)
     isa: str = "numpy"              # the instruction set the kernels run with
     openmp: bool = True             # False: built without OpenMP, single-threaded

@@ -29,6 +29,7 @@ KERNELS = Kernels("cython", softmax=_softmax.softmax, layer_norm=_layer_norm.lay
                   add_rms_norm=_rms_norm.add_rms_norm, rope=_rope.rope, silu_mul=_silu_mul.silu_mul,
                   gelu_tanh_mul=_silu_mul.gelu_tanh_mul,
                   dequantize=_linear_q.dequantize, gemm=_linear.gemm, gemm_q=_linear_q.gemm_q,
+                  gemm_q8=_linear_q.gemm_q8,
                   layer_step=_layer_step.layer_step, isa=ISA, openmp=OPENMP)
 
 globals().update(ops.bind(KERNELS))

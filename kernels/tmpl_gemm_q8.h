@@ -1,0 +1,243 @@
+/* ---- The integer GEMM: y = round_q8(x) W^T for many rows of x (a prefill) and W as GGUF blocks of
+ * any kind, with AVX-512 VNNI: four multiply-adds of bytes a lane per vpdpbusd where a float FMA
+ * does one. Only the avx512vnni copy has it (sa_gemm_q8_usable); the others keep the dequantized
+ * panels and sgemm (linear_q.pyx's gemm_q).
+ *
+ * x: each row rounded to 8 bits a block (reference.round_q8: 32 values, or 256 for the K-quants), q
+ * moved up by 128 as unsigned bytes a (vpdpbusd multiplies u8 by s8), d_x kept per group of 32 (a
+ * block of 256 repeats its scale over its 8 groups) with xs = d_x sum(q) (sa_gq8_pack_a).
+ * W: a panel of 32 of its rows (y's columns) at a time unpacked to signed bytes v and a float scale
+ * s per group of G weights (32; Q6_K's 16), w = s v (+ m, a float offset per group of 32: Q4_1,
+ * Q5_1's m, the K-quants' -dmin m_b), laid out for the micro-kernel: 4 bytes of depth of 16 columns
+ * a 64-byte vector (sa_gq8_pack_b). Per group g, row i and column j:
+ *     y_ij += d_x s_jg (a_i . v_j - 128 sum(v_j)) + m_jg xs_ig
+ * the integer dot over the group in int32 lanes (G / 4 vpdpbusd a row and 16 columns), 128 sum(v)
+ * kept with the panel, one conversion and FMA a group. Micro-tile: MR rows x 32 columns; the A rows
+ * and the panel stay in L1/L2 while the tile sweeps the depth. */
+
+#if SA_X86 && SA_VBYTES == 64 && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#define SA_GQ8_NR 32  /* columns a panel */
+#ifndef SA_GQ8_MR
+#define SA_GQ8_MR 6   /* rows of x a micro-tile: 4 MR accumulators of 32 registers */
+#endif
+
+/* a (m, k) u8 = q + 128, d and xs (m, k / 32) of round_q8(x, block) */
+static void SA_FN(sa_gq8_pack_a)(const SA_T *x, int64_t m, int64_t k, int block, uint8_t *a, SA_T *d,
+                                 SA_T *xs) {
+    const int64_t ng = k / 32;
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t b0 = 0; b0 < k; b0 += block) {
+            const SA_T *v = x + r * k + b0;
+            SA_T amax = 0;
+            int nan = 0;
+            for (int t = 0; t < block; t++) {
+                const SA_T u = v[t] < 0 ? -v[t] : v[t];
+                nan |= !(u <= 3.40282347e38f);
+                amax = u > amax ? u : amax;
+            }
+            const SA_T inv = nan || amax == 0 ? 0 : 127.0f / amax, dx = nan ? NAN : amax / 127.0f;
+            for (int g = 0; g < block / 32; g++) {
+                int32_t sum = 0;
+                for (int t = 0; t < 32; t++) {
+                    const int q = (int)rintf(v[32 * g + t] * inv);
+                    a[r * k + b0 + 32 * g + t] = (uint8_t)(q + 128);
+                    sum += q;
+                }
+                d[r * ng + b0 / 32 + g] = dx;
+                xs[r * ng + b0 / 32 + g] = dx * (SA_T)sum;
+            }
+        }
+}
+
+/* The signed bytes v of W's row (k weights at p, kind), its scales s per group of G and offsets m
+ * per group of 32 (zeros where the kind has none) */
+static void SA_FN(sa_gq8_unpack)(int kind, const uint8_t *p, int64_t k, int8_t *v, SA_T *s, SA_T *m) {
+    const int bytes = SA_QBYTES(kind);
+    if (kind < SA_Q4_K) {
+        for (int64_t i = 0; i < k / 32; i++, p += bytes) {
+            int8_t *o = v + 32 * i;
+            const SA_T dw = SA_FN(sa_q8_half)(p);
+            s[i] = dw;
+            m[i] = kind == SA_Q4_1 || kind == SA_Q5_1 ? SA_FN(sa_q8_half)(p + 2) : 0;
+            if (kind == SA_Q8_0) {
+                memcpy(o, p + 2, 32);
+                continue;
+            }
+            const int five = kind == SA_Q5_0 || kind == SA_Q5_1;
+            const uint8_t *qs = p + (kind == SA_Q4_0 ? 2 : kind == SA_Q4_1 ? 4 : kind == SA_Q5_0 ? 6 : 8);
+            uint32_t h = 0;
+            if (five) memcpy(&h, p + (kind == SA_Q5_0 ? 2 : 4), 4);
+            const int c = kind == SA_Q4_0 ? 8 : kind == SA_Q5_0 ? 16 : 0;
+            for (int t = 0; t < 16; t++) {
+                o[t] = (int8_t)(((qs[t] & 15) | (five ? ((h >> t) & 1) << 4 : 0)) - c);
+                o[t + 16] = (int8_t)(((qs[t] >> 4) | (five ? ((h >> (t + 16)) & 1) << 4 : 0)) - c);
+            }
+        }
+        return;
+    }
+    for (int64_t i = 0; i < k / 256; i++, p += bytes) {
+        int8_t *o = v + 256 * i;
+        if (kind == SA_Q6_K) {
+            const SA_T dw = SA_FN(sa_q8_half)(p + 208);
+            for (int h = 0; h < 2; h++) {
+                const uint8_t *ql = p + 64 * h, *qh = p + 128 + 32 * h;
+                int8_t *oh = o + 128 * h;
+                for (int t = 0; t < 32; t++) {
+                    oh[t] = (int8_t)(((ql[t] & 15) | ((qh[t] & 3) << 4)) - 32);
+                    oh[t + 32] = (int8_t)(((ql[t + 32] & 15) | (((qh[t] >> 2) & 3) << 4)) - 32);
+                    oh[t + 64] = (int8_t)(((ql[t] >> 4) | (((qh[t] >> 4) & 3) << 4)) - 32);
+                    oh[t + 96] = (int8_t)(((ql[t + 32] >> 4) | (((qh[t] >> 6) & 3) << 4)) - 32);
+                }
+            }
+            for (int g = 0; g < 16; g++) s[16 * i + g] = dw * (SA_T)(int8_t)p[192 + g];
+            for (int g = 0; g < 8; g++) m[8 * i + g] = 0;
+            continue;
+        }
+        const SA_T dw = SA_FN(sa_q8_half)(p), dmin = SA_FN(sa_q8_half)(p + 2);
+        int sc[8], mn[8];
+        SA_FN(sa_k_scales)(p + 4, sc, mn);
+        const uint8_t *qs = p + bytes - 128, *qh = p + 16;
+        for (int c = 0; c < 4; c++)
+            for (int t = 0; t < 32; t++) {
+                int lo = qs[32 * c + t] & 15, hi = qs[32 * c + t] >> 4;
+                if (kind == SA_Q5_K) lo |= ((qh[t] >> (2 * c)) & 1) << 4, hi |= ((qh[t] >> (2 * c + 1)) & 1) << 4;
+                o[64 * c + t] = (int8_t)lo, o[64 * c + 32 + t] = (int8_t)hi;
+            }
+        for (int g = 0; g < 8; g++) s[8 * i + g] = dw * (SA_T)sc[g], m[8 * i + g] = -dmin * (SA_T)mn[g];
+    }
+}
+
+/* The panel of W's rows j .. j + cols (cols <= 32; the rest zero) for sa_gq8_tile: bv[(t 32 + c) 4
+ * + u] = v_c[4 t + u]; bs[g 32 + c] = s_cg; bc[g 32 + c] = 128 sum of v_c over group g; bm[g32 32 +
+ * c] = m_c; rows: scratch of k bytes, k / 16 + k / 32 floats */
+static void SA_FN(sa_gq8_pack_b)(int kind, const uint8_t *w, int64_t ldw, int64_t k, int64_t j, int cols, int G,
+                                 int8_t *bv, SA_T *bs, int32_t *bc, SA_T *bm, int8_t *row, SA_T *rs) {
+    const int64_t ng = k / G, n32 = k / 32;
+    SA_T *rm = rs + k / 16;
+    for (int c = 0; c < SA_GQ8_NR; c++) {
+        if (c < cols) {
+            SA_FN(sa_gq8_unpack)(kind, w + (j + c) * ldw, k, row, rs, rm);
+        } else {
+            memset(row, 0, k);
+            for (int64_t g = 0; g < k / 16; g++) rs[g] = 0;
+            for (int64_t g = 0; g < n32; g++) rm[g] = 0;
+        }
+        int32_t *words = (int32_t *)bv;
+        for (int64_t t = 0; t < k / 4; t++) memcpy(words + t * SA_GQ8_NR + c, row + 4 * t, 4);
+        for (int64_t g = 0; g < ng; g++) {
+            int32_t sum = 0;
+            for (int u = 0; u < G; u++) sum += row[g * G + u];
+            bs[g * SA_GQ8_NR + c] = rs[g];
+            bc[g * SA_GQ8_NR + c] = 128 * sum;
+        }
+        for (int64_t g = 0; g < n32; g++) bm[g * SA_GQ8_NR + c] = rm[g];
+    }
+}
+
+/* y[i0 .. i0 + MR, j .. j + cols] = the micro-tile over the whole depth (MR rows of a, the panel) */
+static inline __attribute__((always_inline)) void SA_FN(sa_gq8_tile)(const int MR, const int G, const int offsets,
+                                                                     const uint8_t *a, const SA_T *ad,
+                                                                     const SA_T *axs, int64_t k, const int8_t *bv,
+                                                                     const SA_T *bs, const int32_t *bc,
+                                                                     const SA_T *bm, SA_T *y, int64_t ldy, int cols) {
+    const int64_t ng = k / G, n32 = k / 32;
+    __m512 acc[SA_GQ8_MR][2];
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < ng; g++) {
+        /* the integer sums start at -128 sum(v): a = q + 128 */
+        const __m512i c0 = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_load_si512((const void *)(bc + g * SA_GQ8_NR)));
+        const __m512i c1 = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                            _mm512_load_si512((const void *)(bc + g * SA_GQ8_NR + 16)));
+        __m512i ai[SA_GQ8_MR][2];
+#pragma GCC unroll 8
+        for (int r = 0; r < MR; r++) ai[r][0] = c0, ai[r][1] = c1;
+        const int8_t *b = bv + g * G * SA_GQ8_NR;
+#pragma GCC unroll 8
+        for (int t = 0; t < G / 4; t++) {
+            const __m512i b0 = _mm512_load_si512((const void *)(b + t * 4 * SA_GQ8_NR));
+            const __m512i b1 = _mm512_load_si512((const void *)(b + t * 4 * SA_GQ8_NR + 64));
+#pragma GCC unroll 8
+            for (int r = 0; r < MR; r++) {
+                int32_t word;
+                memcpy(&word, a + r * k + g * G + 4 * t, 4);
+                const __m512i av = _mm512_set1_epi32(word);
+                ai[r][0] = _mm512_dpbusd_epi32(ai[r][0], av, b0);
+                ai[r][1] = _mm512_dpbusd_epi32(ai[r][1], av, b1);
+            }
+        }
+        const __m512 s0 = _mm512_load_ps(bs + g * SA_GQ8_NR), s1 = _mm512_load_ps(bs + g * SA_GQ8_NR + 16);
+        const int64_t g32 = g * G / 32;  /* the group of 32 of x's scale */
+#pragma GCC unroll 8
+        for (int r = 0; r < MR; r++) {
+            const __m512 dx = _mm512_set1_ps(ad[r * n32 + g32]);
+            acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[r][0]), _mm512_mul_ps(s0, dx), acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[r][1]), _mm512_mul_ps(s1, dx), acc[r][1]);
+        }
+        if (offsets) {  /* G == 32 */
+            const __m512 m0 = _mm512_load_ps(bm + g32 * SA_GQ8_NR), m1 = _mm512_load_ps(bm + g32 * SA_GQ8_NR + 16);
+#pragma GCC unroll 8
+            for (int r = 0; r < MR; r++) {
+                const __m512 xs = _mm512_set1_ps(axs[r * n32 + g32]);
+                acc[r][0] = _mm512_fmadd_ps(m0, xs, acc[r][0]);
+                acc[r][1] = _mm512_fmadd_ps(m1, xs, acc[r][1]);
+            }
+        }
+    }
+    const __mmask16 k0 = cols >= 16 ? 0xFFFF : (__mmask16)((1u << cols) - 1);
+    const __mmask16 k1 = cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (__mmask16)((1u << (cols - 16)) - 1);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++) {
+        _mm512_mask_storeu_ps(y + r * ldy, k0, acc[r][0]);
+        _mm512_mask_storeu_ps(y + r * ldy + 16, k1, acc[r][1]);
+    }
+}
+
+#define SA_GQ8_TILE(MR, G, OFF) \
+    SA_FN(sa_gq8_tile)(MR, G, OFF, a + i * k, ad + i * n32, axs + i * n32, k, bv, bs, bc, bm, y + i * ldy + j, ldy, cols)
+
+/* Bytes of scratch sa_gq8_cols needs for depth k: the panel (k 32 bytes, aligned), its scales, sums
+ * and offsets, and a row being unpacked */
+static inline int64_t SA_FN(sa_gq8_scratch)(int64_t k) {
+    return 64 + k * SA_GQ8_NR + (k / 16) * SA_GQ8_NR * 4 * 2 + (k / 32) * SA_GQ8_NR * 4 + k + (k / 16 + k / 32) * 4
+           + 256;
+}
+
+/* y[:, j0:j1] (y (m, ldy)) = the m packed rows of x (sa_gq8_pack_a) times W's rows j0 .. j1, a panel
+ * of 32 at a time, each swept by micro-tiles of MR rows */
+static void SA_FN(sa_gq8_cols)(int kind, const uint8_t *a, const SA_T *ad, const SA_T *axs, int64_t m, int64_t k,
+                               const uint8_t *w, int64_t ldw, int64_t j0, int64_t j1, SA_T *y, int64_t ldy,
+                               void *scratch) {
+    const int G = kind == SA_Q6_K ? 16 : 32;
+    const int offsets = kind == SA_Q4_1 || kind == SA_Q5_1 || kind == SA_Q4_K || kind == SA_Q5_K;
+    const int64_t n32 = k / 32, ng = k / G;
+    int8_t *bv = (int8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    SA_T *bs = (SA_T *)(bv + k * SA_GQ8_NR);
+    int32_t *bc = (int32_t *)(bs + ng * SA_GQ8_NR);
+    SA_T *bm = (SA_T *)(bc + ng * SA_GQ8_NR);
+    int8_t *row = (int8_t *)(bm + n32 * SA_GQ8_NR);
+    SA_T *rs = (SA_T *)(((uintptr_t)(row + k) + 63) & ~(uintptr_t)63);
+    for (int64_t j = j0; j < j1; j += SA_GQ8_NR) {
+        const int cols = j1 - j < SA_GQ8_NR ? (int)(j1 - j) : SA_GQ8_NR;
+        SA_FN(sa_gq8_pack_b)(kind, w, ldw, k, j, cols, G, bv, bs, bc, bm, row, rs);
+        int64_t i = 0;
+        for (; i + SA_GQ8_MR <= m; i += SA_GQ8_MR) {
+            if (G == 16)
+                SA_GQ8_TILE(SA_GQ8_MR, 16, 0);
+            else if (offsets)
+                SA_GQ8_TILE(SA_GQ8_MR, 32, 1);
+            else
+                SA_GQ8_TILE(SA_GQ8_MR, 32, 0);
+        }
+        for (; i < m; i++) {
+            if (G == 16)
+                SA_GQ8_TILE(1, 16, 0);
+            else if (offsets)
+                SA_GQ8_TILE(1, 32, 1);
+            else
+                SA_GQ8_TILE(1, 32, 0);
+        }
+    }
+}
+#undef SA_GQ8_TILE
+#endif
