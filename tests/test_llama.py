@@ -203,7 +203,7 @@ def test_int8_activations_match_their_reference(files, kind, on_backend, threads
     and the decoding steps, fused and as ops, against reference.llama in float32 (round_q8 rounds in
     its input's dtype, float32 in the kernels) with every product's rows rounded, within TOL_Q8."""
     model = llama.load(files[kind], activations="int8")
-    assert all(W.q8 for L in model.layers for W in (L.wqkv, L.wo, L.wgu, L.wd)) and model.head.q8
+    assert all(W.q8 for L in model.layers for W in L.products) and model.head.q8
     P, ids = q8_params(model), [1, 70, 80, 90, 100, 3, 250, 7, 9, 40, 41, 42, 5, 6]
     assert_matches(model.forward(ids[:11]), ref.llama(ids[:11], P), np.float32, TOL_Q8)
     fused, ops = model.cache(len(ids)), model.cache(len(ids))
@@ -224,7 +224,7 @@ def test_layer_step_records_refuse_what_does_not_fit(files, any_backend):
     c, L = model.config, model.layers[0]
     cache = np.zeros_like(model.cache(8))  # rows the steps read but no step wrote: zeros
     good = dict(heads=c.h, kv_heads=c.h_kv, norm1=L.attn_norm, qkv=L.wqkv, o=L.wo, norm2=L.ffn_norm,
-                up=L.wgu, down=L.wd, activation="swiglu", cache=(cache[0, 0], cache[0, 1]), eps=c.eps,
+                up=list(L.wgu), down=L.wd, activation="swiglu", cache=(cache[0, 0], cache[0, 1]), eps=c.eps,
                 rope_base=c.rope_base)
 
     def record(**change):
@@ -234,14 +234,15 @@ def test_layer_step_records_refuse_what_does_not_fit(files, any_backend):
     x = np.ones(c.d, np.float32)
     any_backend.layer_step(step, x, 3)
     int8 = {name: dataclasses.replace(W, activations="int8")
-            for name, W in (("qkv", L.wqkv), ("o", L.wo), ("up", L.wgu), ("down", L.wd))}
+            for name, W in (("qkv", L.wqkv), ("o", L.wo), ("down", L.wd))}
+    int8["up"] = [dataclasses.replace(W, activations="int8") for W in L.wgu]
     any_backend.layer_step(record(**int8), x, 7)
     bad_records = [
         (dict(cache=(model.cache(4)[0, 0], cache[0, 1])), ValueError, "cache"),
         (dict(cache=(cache[0, 0], cache[0, 0])), ValueError, "overlap"),
         (dict(cache=(cache[0, 0, :, :, :8], cache[0, 1, :, :, :8])), ValueError, "cache"),
         (dict(cache=(cache[0, 0].astype(np.float64), cache[0, 1])), TypeError, "cache"),
-        (dict(qkv=L.wo), ValueError, "qkv"), (dict(down=L.wgu), ValueError, "down"),
+        (dict(qkv=L.wo), ValueError, "qkv"), (dict(down=L.wgu[0]), ValueError, "down"),
         (dict(norm1=np.ones(c.d + 1, np.float32)), ValueError, "norm1"),
         (dict(norm2=np.ones(c.d, np.float64)), TypeError, "norm2"),
         (dict(up="W"), TypeError, "up"), (dict(heads=3), ValueError, "heads"),
@@ -485,7 +486,7 @@ def test_k_quant_files_run_on_their_blocks(tmp_path, on_backend, activations):
     path = str(tmp_path / "kq.gguf")
     _k_quant_file(path)
     model = llama.load(path, activations=activations)
-    kinds = [(L.wqkv.kind, L.wo.kind, L.wgu.kind, L.wd.kind) for L in model.layers]
+    kinds = [(L.wqkv.kind, L.wo.kind, *{W.kind for W in L.wgu}, L.wd.kind) for L in model.layers]
     assert kinds == [("Q4_K", "Q5_0", "Q5_K", "Q6_K"), ("Q4_K", "Q5_1", "Q5_K", "Q6_K")] and model._fused
     assert model.emb.kind == "Q8_0" and all(L.wd.activations == activations for L in model.layers)
     P = model.params if activations == "float32" else q8_params(model)

@@ -4,11 +4,11 @@
     model.chat([{"role": "user", "content": "What is the capital of France?"}], max_new_tokens=64)
 
 The weights stay the file's blocks (silkattn.quant.QuantizedMatrix: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
-Q4_K, Q5_K, Q6_K, 4.5 to 8.5 bits a weight), never a float32 copy: single tensors are the file's
-memory map itself; the Q|K|V and gate|up matrices are joined into one each (read from the file,
-with the Q and K rows put back in the half-split rotary layout: GGUF stores llama.cpp's
-interleaved one), so the model is the reference's llama() on the dequantized weights. Tensors of
-other types (F32, F16), and joined matrices whose parts differ in type, are float32.
+Q4_K, Q5_K, Q6_K, 4.5 to 8.5 bits a weight), never a float32 copy: tensors are the file's memory
+map itself, Q|K|V and gate|up each a tuple of its parts side by side, except a llama file's Q|K|V,
+joined into one copy with the Q and K rows put back in the half-split rotary layout (GGUF stores
+llama.cpp's interleaved one), so the model is the reference's llama() on the dequantized weights.
+Tensors of other types (F32, F16) are float32.
 
 A prefill (many rows) runs ops.linear's GEMM path: each matrix dequantized a panel at a time into
 a BLAS GEMM. A decoding step (one row) is one ops.layer_step per layer (one fused kernel call where
@@ -51,9 +51,10 @@ class LlamaLayer:
     attn_norm: np.ndarray  # (d,)
     ffn_norm: np.ndarray   # (d,)
     wqkv: object           # (d, (h + 2 h_kv) d_head): Q heads (half-split rotary rows), K heads, V heads;
-    #                        a tuple (Wq, Wk, Wv) where the file's three differ in type
+    #                        blocks: a tuple (Wq, Wk, Wv) of the file's own, joined where llama.cpp's
+    #                        interleaved rotary rows are put back in order (a copy of Q and K anyway)
     wo: object             # (h d_head, d)
-    wgu: object            # (d, 2 d_ff): gate | up; a tuple (Wg, Wu) where the two differ in type
+    wgu: object            # (d, 2 d_ff): gate | up; blocks: a tuple (Wg, Wu), the file's own
     wd: object             # (d_ff, d)
     bqkv: np.ndarray = None       # ((h + 2 h_kv) d_head,): Q/K/V biases (Qwen2)
     q_norm: np.ndarray = None     # (d_head,): per-head RMSNorm gains of Q and K before rotary (Gemma 3)
@@ -447,11 +448,12 @@ def load(path=None, *, activations="float32"):
 
     def matrix(names, heads=(None,)):
         """The (in, out) matrix of the tensors `names` stacked by rows (those of `heads` heads put
-        back in half-split rotary order): their blocks, else float32; parts of different block
-        types stay apart, a tuple of matrices."""
+        back in half-split rotary order): their blocks, else float32. Blocks stay the file's own
+        memory map, parts side by side a tuple of matrices (a joined copy would be a second copy
+        of them in memory), except where rows must be put back in order (a copy anyway: joined)."""
         kinds = [file.tensors[name].tensor_type.name for name in names]
         blocks = all(k in quant.KINDS for k in kinds)
-        if blocks and len(set(kinds)) > 1:
+        if blocks and len(names) > 1 and (len(set(kinds)) > 1 or all(h is None for h in heads)):
             return tuple(matrix([n], [h]) for n, h in zip(names, heads))
         if blocks and len(names) == 1 and heads[0] is None:  # the file's own memory map: no copy
             return quant.QuantizedMatrix(kinds[0], file.tensors[names[0]].data, activations)
