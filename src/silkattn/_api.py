@@ -579,8 +579,13 @@ def attention(kernels, Q, K, V, mask=None, *, scale=None, softcap=None, bias=Non
     scale, softcap = check.optional_positive(scale, "scale"), check.optional_positive(softcap, "softcap")
     q_offset = check.q_offset(q_offset, causal or window is not None or alibi_slopes is not None)
     if kernels.attention is not None and mask is None and bias is None and alibi_slopes is None \
-            and out is None and (_contiguous_call(Q, K, V) or _heads_view(Q, K, V)):
-        return _kept_plan_call(kernels, Q, K, V, scale, softcap, causal, window, q_offset)
+            and out is None:
+        if _contiguous_call(Q, K, V) or _heads_view(Q, K, V):
+            return _kept_plan_call(kernels, Q, K, V, scale, softcap, causal, window, q_offset)
+        heads = _grouped_heads(Q, K, V)  # (..., Hq, S, d) over (..., Hkv, S, d) as (heads, S, d) views
+        if heads is not None:
+            out = _kept_plan_call(kernels, *heads, scale, softcap, causal, window, q_offset)
+            return out.reshape(Q.shape[:-1] + V.shape[-1:])
     keywords = dict(scale=scale, softcap=softcap, causal=causal, window=window, q_offset=q_offset)
     slopes = check_alibi(alibi_slopes, as_float_array(Q, "Q"))
     args = Q, K, V, mask, bias
@@ -617,6 +622,19 @@ def _kept_plan_call(kernels, Q, K, V, scale, softcap, causal, window, q_offset):
                                                           q_offset))
     kernels.attention(plan.bind(_flat(Q), _flat(K), _flat(V), out.reshape(-1)), nthreads)
     return out
+
+
+def _grouped_heads(Q, K, V):
+    """(Q, K, V) as (heads, S, d) views for C-contiguous, non-empty grouped-query operands of 4 or
+    more dims with equal batch dims, else None. Merged into one axis, the batch and heads keep their
+    groups (query head b Hq + h reads K/V head b Hkv + h // g = (b Hq + h) // g), so the call is a
+    _heads_view one and keeps its plan instead of laying out its items again (0.2 ms a call)."""
+    if not (type(Q) is type(K) is type(V) is np.ndarray and Q.ndim == K.ndim == V.ndim >= 4
+            and Q.shape[:-3] == K.shape[:-3] == V.shape[:-3] and Q.size and K.size and V.size
+            and Q.flags.c_contiguous and K.flags.c_contiguous and V.flags.c_contiguous):
+        return None
+    heads = [a.reshape((-1,) + a.shape[-2:]) for a in (Q, K, V)]
+    return heads if _heads_view(*heads) else None
 
 
 def _unsplit(dtype, Q, K, V, mask=None, bias=None):
