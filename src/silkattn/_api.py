@@ -605,7 +605,8 @@ def attention(kernels, Q, K, V, mask=None, *, scale=None, softcap=None, bias=Non
 
 def _kept_plan_call(kernels, Q, K, V, scale, softcap, causal, window, q_offset):
     """attention for the everyday calls (_contiguous_call, _heads_view, _grouped_heads), their plan
-    kept by shape (and strides) in silkattn._cache and bound to the call's arrays: a repeated call costs a look-up."""
+    kept by shape (and strides) in silkattn._cache and bound to the call's arrays: a repeated call
+    costs a look-up."""
     keywords = (scale, softcap, causal, window, q_offset, kernels.attention_tiles, _threads._num_threads)
     out = np.empty(Q.shape[:-1] + V.shape[-1:], Q.dtype)
     if _contiguous_call(Q, K, V):
