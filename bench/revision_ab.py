@@ -92,7 +92,7 @@ def kernel_cases():
     rng, r = _rng_arrays()
     Q1, Q8, q, kd, qg, kg, q4, k4 = (r(1, 2048, 64), r(1, 8, 512, 64), r(1, 8, 1, 64), r(1, 8, 4096, 64),
                                      r(1, 32, 1, 64), r(1, 8, 1024, 64), r(1, 8, 4, 64), r(1, 8, 2048, 64))
-    Q2 = r(2, 4, 128, 64)
+    Q2, kd2, k32, v32 = r(2, 4, 128, 64), r(1, 8, 4096, 64), r(1, 32, 4096, 64), r(1, 32, 4096, 64)
     mask = rng.random((2, 1, 128, 128)) < 0.8
     bias, slopes = r(2, 4, 128, 128) * 0.1, np.linspace(0.1, 0.8, 4)
     Q64 = r(1, 4, 300, 40, dtype=np.float64)
@@ -113,6 +113,9 @@ def kernel_cases():
                                                                                              causal=True)),
             ("decode (1,8,1,64) vs 4096 keys, rows", be, lambda p, o=op("attention"): o(p)(q, kd, kd)),
             ("GQA decode 32 q / 8 kv heads vs 1024", be, lambda p, o=op("attention"): o(p)(qg, kg, kg)),
+            # K and V past half the last-level cache (16.8 and 67 MB): the rows path streams them
+            ("GQA decode 32 q / 8 kv heads vs 4096", be, lambda p, o=op("attention"): o(p)(qg, kd, kd2)),
+            ("decode (1,32,1,64) vs 4096 keys", be, lambda p, o=op("attention"): o(p)(qg, k32, v32)),
             ("4 new rows (1,8,4,64) vs 2048 causal", be,
              lambda p, o=op("attention"): o(p)(q4, k4, k4, causal=True, q_offset=2044)),
             ("softmax (4096,1024)", be, lambda p, o=op("softmax"): o(p)(X)),
@@ -123,15 +126,19 @@ def kernel_cases():
     return cases
 
 
-def _blocks(pkg, rng, kind, n, k):
-    b = rng.integers(0, 256, (n, k // 32, {"Q8_0": 34, "Q4_0": 18}[kind]), dtype=np.uint8)
-    b[:, :, 0:2] = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)  # finite scales
-    return pkg.quant.QuantizedMatrix(kind, b.reshape(n, -1))
+def _blocks(pkg, rng, kind, n, k, activations="float32"):
+    weights, nbytes = pkg.reference.QUANT_BLOCKS[kind]
+    b = rng.integers(0, 256, (n, k // weights, nbytes), dtype=np.uint8)
+    half = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)
+    for at in {"Q6_K": (208,), "Q4_K": (0, 2), "Q5_K": (0, 2)}.get(kind, (0,)):  # finite scales
+        b[:, :, at:at + 2] = half
+    return pkg.quant.QuantizedMatrix(kind, b.reshape(n, -1), activations)
 
 
 def linear_cases():
     rng, r = _rng_arrays()
     x1, xs = r(1, 576), r(64, 576)
+    k1, k4 = r(1, 2048), r(4, 2048)
     cases = []
     for be in ("numba", "cython"):
         for kind, n, x in (("Q8_0", 1536, x1), ("Q4_0", 1536, x1), ("Q8_0", 49152, x1), ("Q4_0", 1536, xs)):
@@ -139,6 +146,14 @@ def linear_cases():
                 W = _memo(pkg, ("W", kind, n), lambda: _blocks(pkg, np.random.default_rng(1), kind, n, 576))
                 return getattr(pkg, be).linear(x, W)
             cases.append((f"linear {kind} {len(x)}x576 -> {n}", be, f))
+        # the K-quants with int8 activations (a decoding step's products): 8192 rows of 2048 stream
+        # from memory, 2048 rows x 4 inputs stay in cache
+        for kind, n, x in (("Q4_K", 8192, k1), ("Q5_K", 8192, k1), ("Q6_K", 8192, k1), ("Q4_K", 2048, k4)):
+            def f(pkg, be=be, kind=kind, n=n, x=x):
+                W = _memo(pkg, ("W", kind, n),
+                          lambda: _blocks(pkg, np.random.default_rng(1), kind, n, 2048, "int8"))
+                return getattr(pkg, be).linear(x, W)
+            cases.append((f"linear {kind} int8 {len(x)}x2048 -> {n}", be, f))
     return cases
 
 

@@ -55,6 +55,7 @@ typedef struct {
     double scale, softcap;                       /* softcap 0: none */
     int64_t left, right;                         /* key j visible to position p: p - left <= j <= p + right */
     int has_mask, has_bias, has_alibi;
+    int stream;                                  /* rows path: K/V from memory, prefetch a block ahead */
     const sa_item *items;
     const sa_unit *units;
     const sa_task *tasks;                        /* tiles path */

@@ -37,6 +37,7 @@ cdef extern from "attention.h" nogil:
         double scale, softcap
         int64_t left, right
         int has_mask, has_bias, has_alibi
+        int stream
         const sa_item *items
         const sa_unit *units
         const sa_task *tasks
@@ -109,6 +110,7 @@ cdef _attention(plan, const floating[::1] q, const floating[::1] k, const floati
     a.dk, a.dv, a.bq, a.bk = plan.dk, plan.dv, max(plan.bq, 1), SA_BK
     a.scale, a.softcap, a.left, a.right = plan.scale, plan.softcap, plan.left, plan.right
     a.has_mask, a.has_bias, a.has_alibi = plan.has_mask, plan.has_bias, plan.has_alibi
+    a.stream = plan.stream
     a.items, a.units = <const sa_item *>_data(plan.items), <const sa_unit *>_data(plan.units)
     a.tasks, a.groups, a.rows, a.chunks = NULL, NULL, NULL, NULL
     if plan.path == "rows":

@@ -362,6 +362,7 @@ static void SA_FN(sa_attn_rows_part)(const sa_attn_plan *a, const sa_chunk *c, S
     SA_T *m = acc + SA_ROWS_MAX * (dv + SA_COL_PAD), *l = m + SA_ROWS_MAX, *vp = l + SA_ROWS_MAX;
     int64_t pos[SA_ROWS_MAX];
     int seen[SA_ROWS_MAX];
+    const int64_t jend = a->chunks[g->chunk0 + g->nchunks - 1].j1;  /* the group's keys end (prefetch) */
     for (int64_t r = 0; r < nrows; r++) {
         const sa_row *row = a->rows + g->row0 + r;
         const SA_T *q = (const SA_T *)a->q + a->items[row->item].q + row->i * a->rs_q;
@@ -376,9 +377,16 @@ static void SA_FN(sa_attn_rows_part)(const sa_attn_plan *a, const sa_chunk *c, S
         for (int64_t r = 0; r < nrows; r++)  /* does row r see a key of the block? */
             seen[r] = !(k0 + nb - 1 < pos[r] - a->left || k0 > pos[r] + a->right);
         int64_t j = 0;
-        for (; j + SA_VL <= nb; j += SA_VL)  /* SA_VL keys at a time, for every row while in L1 */
+        for (; j + SA_VL <= nb; j += SA_VL) {  /* SA_VL keys at a time, for every row while in L1 */
+            if (a->stream)  /* the next block's K and V rows of these keys towards L2 */
+                for (int64_t u = k0 + SA_DEC_BLOCK + j; u < k0 + SA_DEC_BLOCK + j + SA_VL && u < jend; u++) {
+                    const char *kr = (const char *)(k + u * rs_k), *vr = (const char *)(v + u * rs_v);
+                    for (int64_t b = 0; b < dk * (int64_t)sizeof(SA_T); b += 64) __builtin_prefetch(kr + b, 0, 2);
+                    for (int64_t b = 0; b < dv * (int64_t)sizeof(SA_T); b += 64) __builtin_prefetch(vr + b, 0, 2);
+                }
             for (int64_t r = 0; r < nrows; r++)
                 if (seen[r]) STORE(s + r * lds + j, SA_FN(dots)(qs + r * ldq, k + (k0 + j) * rs_k, rs_k, dk));
+        }
         for (; j < nb; j++) {
             const SA_T *kr = k + (k0 + j) * rs_k;
             for (int64_t r = 0; r < nrows; r++) s[r * lds + j] = SA_FN(dot)(qs + r * ldq, kr, dk);

@@ -224,6 +224,32 @@ def test_decode_steps_equal_the_prefill_with_gqa(any_backend, rng, g, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("g", [1, 4])
+def test_streamed_rows_path_is_bitwise_the_cached_one(any_backend, threads, rng, g, dtype, monkeypatch):
+    """K/V past half the last-level cache set the plan's stream (the C rows path then prefetches the
+    next block of keys, up to the group's last key): the same bits as without, mask, window and a
+    chunk edge included. A cut LLC_BYTES makes these small calls stream."""
+    Hq, S = 8, 600
+    Q, K, V = normal(rng, (2, Hq, 1, 64), dtype), normal(rng, (2, Hq // g, S, 64), dtype), normal(
+        rng, (2, Hq // g, S, 48), dtype)
+    mask = hide_a_row(rng.random((2, Hq, 1, S)) < 0.7)
+    calls = [dict(), dict(q_offset=S - 1, causal=True, window=(300, 0)), dict(mask=mask)]
+    silkattn.clear_cache()  # plans kept for these shapes hold the stream they were made with
+    cached = [any_backend.attention(Q, K, V, **kw) for kw in calls]
+    monkeypatch.setattr(_plan, "LLC_BYTES", 0)
+    streams, rows_path = [], _plan._rows_path
+    monkeypatch.setattr(_plan, "_rows_path", lambda plan: (rows_path(plan), streams.append(plan.stream)))
+    silkattn.clear_cache()
+    streamed = [any_backend.attention(Q, K, V, **kw) for kw in calls]
+    silkattn.clear_cache()
+    planned = not any_backend.__name__.endswith("_numpy")  # the reference plans nothing
+    assert streams == [True] * (len(calls) if planned else 0)
+    for kw, a, b in zip(calls, cached, streamed):
+        assert_close(b, expected(Q, K, V, **kw), dtype)
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
 def test_gqa_with_per_head_mask_and_bias(any_backend, rng, dtype):
     """A mask and a bias with one slice per query head (not per K/V head) under GQA."""
     Hq, g = 6, 3

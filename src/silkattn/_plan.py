@@ -26,7 +26,9 @@ and the work, in one of two shapes chosen here by shape (ggml's rule: one op, th
                         group): groups (GROUP, one per unit) of rows (ROW: item, query index); the
                         keys of each group cut into chunks (CHUNK: group, keys j0 .. j1, the offset
                         of its partial results in a (sum of rows x (d_v + 2)) buffer) that the
-                        threads share, then merged per group.
+                        threads share, then merged per group; stream: its K/V rows exceed half of
+                        the last-level cache (LLC_BYTES), so they come from memory: the kernels
+                        prefetch the next block of keys while they compute on this one.
 """
 import dataclasses
 
@@ -37,6 +39,29 @@ from . import _cache
 UNBOUNDED = 1 << 62  # an open side of the visible window (positions stay far below it)
 ROWS_MAX = 16        # a K/V unit with at most this many query rows takes the rows path
 CHUNK_KEYS = 256     # keys per chunk of the rows path: fixed, so results do not depend on threads
+
+
+def _llc_bytes():
+    """The last-level cache's bytes as Linux reports cpu0's (32 MiB when it does not say)."""
+    for index in (3, 2):
+        try:
+            with open(f"/sys/devices/system/cpu/cpu0/cache/index{index}/size") as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+        if text[-1:] in units and text[:-1].isdigit():
+            return int(text[:-1]) * units[text[-1]]
+        if text.isdigit():
+            return int(text)
+    return 32 << 20
+
+
+# The rows path prefetches the next block of keys when a call's K/V rows exceed half the LLC (Zen 4,
+# 1 thread, bench/revision_ab.py): a decoding step of 32 heads over 4096 keys (134 MB of K/V) took
+# 0.63x the time with it; with K/V in cache (4-8 MB) it took 1.1-1.2x (8 prefetches a key of 64
+# dimensions), hence the line.
+LLC_BYTES = _llc_bytes()
 
 _I8 = np.int64
 ITEM = np.dtype([("q", _I8), ("k", _I8), ("v", _I8), ("mask", _I8), ("bias", _I8), ("out", _I8),
@@ -81,6 +106,7 @@ class Plan:
     rows: np.ndarray = None
     chunks: np.ndarray = None
     parts: int = 0  # rows x (d_v + 2) values of partial results the rows path needs
+    stream: bool = False  # the rows path's K/V rows exceed LLC_BYTES / 2: prefetch ahead
     derived: dict = None  # a kept plan's (silkattn._cache) {backend: what it derives from the plan}:
     #                       kept with it, shared by its bound copies; None: a plan made for one call
 
@@ -182,6 +208,8 @@ def _rows_path(plan):
     key = ("row layout", it["sq"].tobytes(), it["pos"].tobytes(), it["unit"].tobytes(), units["sk"].tobytes(),
            plan.left, plan.right)
     plan.groups, plan.rows, plan.chunks, plan.parts = _cache.get(key, lambda: _row_layout(*key[1:]))
+    keys = int((plan.chunks["j1"] - plan.chunks["j0"]).sum())
+    plan.stream = keys * (plan.dk + plan.dv) * plan.k.dtype.itemsize > LLC_BYTES // 2
 
 
 def _row_layout(sq, pos, unit, usk, left, right):
