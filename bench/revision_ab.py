@@ -113,8 +113,10 @@ def kernel_cases():
                                                                                              causal=True)),
             ("decode (1,8,1,64) vs 4096 keys, rows", be, lambda p, o=op("attention"): o(p)(q, kd, kd)),
             ("GQA decode 32 q / 8 kv heads vs 1024", be, lambda p, o=op("attention"): o(p)(qg, kg, kg)),
-            # K and V past half the last-level cache (16.8 and 67 MB): the rows path streams them
+            # K and V past half the last-level cache (16.8 MB each, 134 MB): the rows path streams them
             ("GQA decode 32 q / 8 kv heads vs 4096", be, lambda p, o=op("attention"): o(p)(qg, kd, kd2)),
+            ("decode (1,8,1,64) vs 4096 keys, distinct K, V", be,
+             lambda p, o=op("attention"): o(p)(q, kd, kd2)),
             ("decode (1,32,1,64) vs 4096 keys", be, lambda p, o=op("attention"): o(p)(qg, k32, v32)),
             ("4 new rows (1,8,4,64) vs 2048 causal", be,
              lambda p, o=op("attention"): o(p)(q4, k4, k4, causal=True, q_offset=2044)),
