@@ -13,6 +13,7 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#include "q4k16.h"
 #include "quant_ext.h"  /* before the ISA copies: one baseline copy (tmpl_linear_q.h's dequantize calls it) */
 #define SA_TEMPLATE "tmpl_layer_step.h"
 #define SA_VNNI_COPY

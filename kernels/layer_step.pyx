@@ -9,11 +9,15 @@ cimport numpy as cnp
 
 cnp.import_array()
 
+from silkattn._cy import linear_q as _linear_q
+
 include "common.pxi"
 
 cdef extern from "layer_step.h" nogil:
     int SA_QCH
     int SA_DENSE
+    int SA_Q4_K
+    int SA_Q4_K16
     ctypedef struct sa_matrix:
         const void *w
         int kind
@@ -67,9 +71,23 @@ cdef inline const void *_data(a):
     return NULL if a.size == 0 else cnp.PyArray_DATA(a)
 
 
-cdef sa_matrix _matrix(P):
+def _pack(blocks):
+    from silkattn._threads import get_num_threads
+    return _linear_q.pack_q4k16(blocks, get_num_threads())
+
+
+_PACK = _pack if _linear_q.q4k16_usable() else None  # QuantizedMatrix.rows16's maker, where it serves
+
+
+cdef sa_matrix _matrix(P, bint q8):
+    """P as sa_matrix: its blocks, or with int8 products Q4_K's in groups of 16 rows where this CPU's
+    copy runs them with VNNI (QuantizedMatrix.rows16, kept with the matrix; kernels/q4k16.h)"""
     cdef sa_matrix m
     m.w, m.kind, m.k, m.n, m.b = _data(P.w), P.kind, P.k, P.n, <const float *>_data(P.b)
+    if q8 and P.kind == SA_Q4_K and P.matrix is not None and _PACK is not None:
+        packed = P.matrix.rows16(_PACK)
+        if packed is not None:
+            m.w, m.kind = _data(packed), SA_Q4_K16
     return m
 
 
@@ -98,14 +116,14 @@ cdef class _Layer:
         L.n_qkv, L.n_up = len(step.qkv), len(step.up)
         assert 1 <= L.n_qkv <= 3 and 1 <= L.n_up <= 2  # the record's check: sa_layer's arrays
         for i, P in enumerate(step.qkv):
-            L.qkv[i] = _matrix(P)
+            L.qkv[i] = _matrix(P, step.q8)
         for i, P in enumerate(step.up):
-            L.up[i] = _matrix(P)
-        L.o, L.down = _matrix(step.o), _matrix(step.down)
+            L.up[i] = _matrix(P, step.q8)
+        L.o, L.down = _matrix(step.o, step.q8), _matrix(step.down, step.q8)
         L.q_norm, L.k_norm = <const float *>_data(step.q_norm.g), <const float *>_data(step.k_norm.g)
         L.post1, L.post2 = <const float *>_data(step.post1.g), <const float *>_data(step.post2.g)
         L.scale = step.scale
-        L.cross_q, L.cross_o = _matrix(step.cross_q), _matrix(step.cross_o)
+        L.cross_q, L.cross_o = _matrix(step.cross_q, step.q8), _matrix(step.cross_o, step.q8)
         if not step.has_cross:
             L.cross_q.w = NULL
         L.K, L.V = <float *>_data(step.K), <float *>_data(step.V)

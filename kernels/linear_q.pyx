@@ -5,11 +5,16 @@ from libc.stdint cimport int8_t, int16_t, int64_t, uint8_t
 from libc.stdlib cimport free
 from libc.string cimport memset
 
+import numpy as np
+
 include "common.pxi"
 
 cdef extern from "linear_q.h" nogil:
     int SA_Q8_0
     int SA_Q4_K
+    int SA_Q4_K16
+    void sa_q4k16_pack(const uint8_t *w, int64_t ldw, int64_t n, uint8_t *out)
+    void sa_q4k16_unpack_row(const uint8_t *w, int64_t ldw, int64_t j, uint8_t *row)
     int SA_QBYTES(int kind)
     int SA_QWEIGHTS(int kind)
     int SA_QROW_KINDS
@@ -125,8 +130,11 @@ def linear_qx(const float[:, ::1] x, const uint8_t[:, ::1] blocks, int kind, con
     cdef float *xs = NULL
     cdef float *xd = NULL
     cdef int8_t *xq = NULL
-    # what keeps the C kernel within its arrays (the caller, silkattn._api, has checked them)
-    if not len(ROW_KINDS) <= kind < len(KINDS) or not 1 <= m <= SA_QROWS or not _fits(kind, k, ldw) or n <= 0:
+    # what keeps the C kernel within its arrays (the caller, silkattn._api, has checked them); Q4_K16
+    # (pack_q4k16's layout) only with q8, its rows whole groups
+    rows16 = kind == SA_Q4_K16 and q8 and n % 16 == 0 and _fits(SA_Q4_K, k, ldw)
+    if not (rows16 or len(ROW_KINDS) <= kind < len(KINDS) and _fits(kind, k, ldw)) or not 1 <= m <= SA_QROWS \
+            or n <= 0:
         raise ValueError(f"linear_qx: kind {kind}, x of shape ({m}, {k}) or {n} rows of W out of range")
     if out.shape[0] != m or out.shape[1] != n:
         raise ValueError(f"linear_qx: out ({out.shape[0]}, {out.shape[1]}) does not fit x ({m}, {k}) and "
@@ -165,6 +173,42 @@ def linear_qx(const float[:, ::1] x, const uint8_t[:, ::1] blocks, int kind, con
     free(xs)
     free(xd)
     free(xq)
+
+
+def q4k16_usable():
+    """True where linear_qx runs Q4_K16 (pack_q4k16's layout) with its VNNI kernel: the copy chosen
+    for this CPU has AVX-512 VNNI (elsewhere the layout would be unpacked a row at a time)."""
+    return bool(sa_gemm_q8_usable(ISA))
+
+
+def pack_q4k16(const uint8_t[:, ::1] blocks, int num_threads=1):
+    """Q4_K blocks (n, k / 256 * 144), n a multiple of 16, in groups of 16 rows (kernels/q4k16.h): a
+    new array of the same shape, the same bits rearranged, for linear_qx's kind Q4_K16 (int8 products:
+    all 16 rows' sums in one register's lanes, no horizontal sums)."""
+    cdef Py_ssize_t n = blocks.shape[0], ldw = blocks.shape[1], g
+    if n % 16 or n == 0 or ldw == 0 or ldw % 144:
+        raise ValueError(f"pack_q4k16: blocks must be (n, k / 256 * 144) with n a positive multiple of 16, "
+                         f"got ({n}, {ldw})")
+    out = np.empty((n, ldw), np.uint8)
+    cdef uint8_t[:, ::1] o = out
+    with nogil:
+        for g in prange(n // 16, num_threads=num_threads, schedule="static"):
+            sa_q4k16_pack(&blocks[16 * g, 0], ldw, 16, &o[16 * g, 0])
+    return out
+
+
+def unpack_q4k16(const uint8_t[:, ::1] packed):
+    """The file's Q4_K blocks of pack_q4k16's output (its inverse)."""
+    cdef Py_ssize_t n = packed.shape[0], ldw = packed.shape[1], j
+    if n % 16 or n == 0 or ldw == 0 or ldw % 144:
+        raise ValueError(f"unpack_q4k16: packed must be (n, k / 256 * 144) with n a positive multiple of 16, "
+                         f"got ({n}, {ldw})")
+    out = np.empty((n, ldw), np.uint8)
+    cdef uint8_t[:, ::1] o = out
+    with nogil:
+        for j in range(n):
+            sa_q4k16_unpack_row(&packed[0, 0], ldw, j, &o[j, 0])
+    return out
 
 
 def dequantize(const uint8_t[:, ::1] blocks, int kind, Py_ssize_t j0, float[:, ::1] out, int num_threads):

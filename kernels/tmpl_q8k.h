@@ -21,6 +21,10 @@ typedef int16_t SA_FN(k32h) __attribute__((vector_size(64)));   /* 32 int16: the
 typedef int32_t SA_FN(k16i) __attribute__((vector_size(64)));
 typedef float SA_FN(k16f) __attribute__((vector_size(64)));
 #define SA_R8(a) a, a, a, a, a, a, a, a
+/* The row kernels' software prefetch: 512 bytes ahead in the stream of W's blocks (the next row's
+ * block, ldw ahead, as before, halved the Q6_K product over rows of 8192 weights, 6.7 KB a row:
+ * 11-12 GB/s against 22-25 at 512, Zen 4; rows of 2048 unchanged, 18-20 GB/s) */
+#define SA_Q8K_AHEAD 512
 
 static inline SA_FN(k32u) SA_FN(sa_k_load32)(const uint8_t *p) {
     SA_FN(k32u) v;
@@ -330,7 +334,7 @@ static inline __attribute__((always_inline)) void SA_FN(sa_q8k_row)(const int ki
 #endif
 
 /* y[:m, j0:j1] = round_q8(x, 256) W[j0:j1]^T (+ b) for W's kind Q4_K, Q5_K or Q6_K, x given as
- * sa_quantize_q8k's xq, xd, xb; the next row prefetched. */
+ * sa_quantize_q8k's xq, xd, xb; W prefetched SA_Q8K_AHEAD bytes ahead. */
 static inline __attribute__((always_inline)) void SA_FN(sa_q8k_rows)(const int kind, const int M, const int8_t *xq,
                                                                      const SA_T *xd, const int16_t *xb, int64_t k,
                                                                      const uint8_t *w, int64_t ldw, const SA_T *b,
@@ -340,10 +344,135 @@ static inline __attribute__((always_inline)) void SA_FN(sa_q8k_rows)(const int k
         SA_T off[SA_QROWS];
 #pragma GCC unroll 8
         for (int r = 0; r < M; r++) fa[r] = (SA_FN(k16f)){0}, off[r] = 0;
-        SA_FN(sa_q8k_row)(kind, M, w + j * ldw, j + 1 < j1 ? ldw : 0, xq, xd, xb, k, fa, off);
+        SA_FN(sa_q8k_row)(kind, M, w + j * ldw, SA_Q8K_AHEAD, xq, xd, xb, k, fa, off);
 #pragma GCC unroll 8
         for (int r = 0; r < M; r++) y[r * ldy + j] = SA_FN(sa_k_hsum)(fa[r]) - off[r] + (b ? b[j] : 0);
     }
+}
+
+#if SA_X86 && SA_VBYTES == 64 && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+/* y[:M, g:g + 16] (+ b[g:g + 16]) for the 16 rows of the group at wg (q4k16.h's layout), x as
+ * sa_q8k_rows's: per sub-block b and row of x, a[r] = sum_t q x (16 rows' lanes: vpdpbusd of a
+ * run's nibbles against 4 bytes of x broadcast), then s_b a[r] and m_b sum(q_x)_b as int32 lanes
+ * (exact: 63 x 60960 x 8 < 2^31); a super-block adds d d_x and dmin d_x times them, as floats. */
+static inline __attribute__((always_inline)) void SA_FN(sa_q4k16_group)(const int M, const uint8_t *wg,
+                                                                        const int8_t *xq, const SA_T *xd,
+                                                                        const int16_t *xb, int64_t k,
+                                                                        const SA_T *b, SA_T *y, int64_t ldy) {
+    const int64_t nb = k / 256, nbp = (k / 32 + SA_QCH - 1) / SA_QCH * SA_QCH, nx = k / 16;
+    const __m512i m4 = _mm512_set1_epi8(15), m3 = _mm512_set1_epi8(3);
+    /* the high bits' shift of sub-block 2 p (128-bit lane p: 0, 4, 0, 4) and of 2 p + 1 (2, 6, 2, 6) */
+    const __m512i ce = _mm512_set_epi16(SA_R8(4), SA_R8(0), SA_R8(4), SA_R8(0));
+    const __m512i co = _mm512_add_epi16(ce, _mm512_set1_epi16(2));
+    __m512 fa[SA_QROWS];
+#pragma GCC unroll 8
+    for (int r = 0; r < M; r++) fa[r] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *p = wg + SA_Q4K16_SUPER * i;
+        __builtin_prefetch(p + 2 * SA_Q4K16_SUPER, 0, SA_QLOC);
+        __builtin_prefetch(p + 2 * SA_Q4K16_SUPER + 64, 0, SA_QLOC);
+        /* the 16 rows' 6-bit scales and mins: lane p of se / so the sub-block 2 p / 2 p + 1 */
+        const __m512i sl = _mm512_loadu_si512((const void *)(p + 64)), ml = _mm512_loadu_si512((const void *)(p + 160));
+        const __m512i sh0 = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p + 128)));
+        const __m512i mh0 = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p + 224)));
+        const __m512i sh = _mm512_shuffle_i64x2(sh0, sh0, 0x50), mh = _mm512_shuffle_i64x2(mh0, mh0, 0x50);
+#define SA_K16_SIX(lo, hi, c) _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hi, c), m3), 4))
+        const __m512i se = SA_K16_SIX(_mm512_and_si512(sl, m4), sh, ce);
+        const __m512i so = SA_K16_SIX(_mm512_and_si512(_mm512_srli_epi16(sl, 4), m4), sh, co);
+        const __m512i me = SA_K16_SIX(_mm512_and_si512(ml, m4), mh, ce);
+        const __m512i mo = SA_K16_SIX(_mm512_and_si512(_mm512_srli_epi16(ml, 4), m4), mh, co);
+#undef SA_K16_SIX
+        __m512i isum[SA_QROWS], msum[SA_QROWS];
+#pragma GCC unroll 8
+        for (int r = 0; r < M; r++) isum[r] = msum[r] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int sb = 0; sb < 8; sb++) {
+            const __m512i s6 = sb & 1 ? so : se, m6 = sb & 1 ? mo : me;
+            __m128i s8, m8;
+            switch (sb / 2) {  /* the lane as a constant (vextracti32x4's immediate) */
+                case 0: s8 = _mm512_castsi512_si128(s6), m8 = _mm512_castsi512_si128(m6); break;
+                case 1: s8 = _mm512_extracti32x4_epi32(s6, 1), m8 = _mm512_extracti32x4_epi32(m6, 1); break;
+                case 2: s8 = _mm512_extracti32x4_epi32(s6, 2), m8 = _mm512_extracti32x4_epi32(m6, 2); break;
+                default: s8 = _mm512_extracti32x4_epi32(s6, 3), m8 = _mm512_extracti32x4_epi32(m6, 3); break;
+            }
+            const __m512i s32 = _mm512_cvtepu8_epi32(s8), m32 = _mm512_cvtepu8_epi32(m8);
+            __m512i a[SA_QROWS];
+#pragma GCC unroll 8
+            for (int r = 0; r < M; r++) a[r] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int c = 4 * sb; c < 4 * sb + 4; c++) {
+                const __m512i v = _mm512_loadu_si512((const void *)(p + 256 + 64 * c));
+                const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+#pragma GCC unroll 8
+                for (int r = 0; r < M; r++) {
+                    int32_t x0, x1;
+                    memcpy(&x0, xq + r * k + 256 * i + 8 * c, 4);
+                    memcpy(&x1, xq + r * k + 256 * i + 8 * c + 4, 4);
+                    a[r] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(a[r], lo, _mm512_set1_epi32(x0)), hi,
+                                               _mm512_set1_epi32(x1));
+                }
+            }
+#pragma GCC unroll 8
+            for (int r = 0; r < M; r++) {
+                const int16_t *bs = xb + r * nx + 16 * i + 2 * sb;
+                isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(a[r], s32));
+                msum[r] = _mm512_add_epi32(msum[r], _mm512_mullo_epi32(m32, _mm512_set1_epi32(bs[0] + bs[1])));
+            }
+        }
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+        const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)));
+#pragma GCC unroll 8
+        for (int r = 0; r < M; r++) {
+            const __m512 dx = _mm512_set1_ps(xd[r * nbp + i]);
+            fa[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r]), _mm512_mul_ps(d, dx), fa[r]);
+            fa[r] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum[r]), _mm512_mul_ps(dmin, dx), fa[r]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < M; r++)
+        _mm512_storeu_ps(y + r * ldy, b ? _mm512_add_ps(fa[r], _mm512_loadu_ps(b)) : fa[r]);
+}
+#define SA_K16_CASE(M, CALL) case M: CALL(M); break;
+#endif
+
+/* sa_linear_q8k_rows for W in q4k16.h's layout: the whole groups in [j0, j1) by sa_q4k16_group
+ * where this copy has VNNI; every other row (every row in the other copies) unpacked to the
+ * file's blocks and multiplied as Q4_K (the same sums; silkattn._api makes the layout only where
+ * the VNNI copy runs). NaN rows if the row's buffer cannot be had. */
+static void SA_FN(sa_linear_q8k_rows)(int kind, const int8_t *xq, const SA_T *xd, const int16_t *xb, int64_t k,
+                                      int64_t m, const uint8_t *w, int64_t ldw, const SA_T *b, int64_t j0,
+                                      int64_t j1, SA_T *y, int64_t ldy);
+static void SA_FN(sa_q4k16_rows)(const int8_t *xq, const SA_T *xd, const int16_t *xb, int64_t k, int64_t m,
+                                 const uint8_t *w, int64_t ldw, const SA_T *b, int64_t j0, int64_t j1, SA_T *y,
+                                 int64_t ldy) {
+    int64_t g0 = j1, g1 = j1;  /* the whole groups [g0, g1) */
+#if SA_X86 && SA_VBYTES == 64 && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+    g0 = (j0 + 15) / 16 * 16, g1 = j1 / 16 * 16;
+    if (g1 < g0) g0 = g1 = j1;
+    for (int64_t g = g0; g < g1; g += 16) {
+#define SA_K16_CALL(M) SA_FN(sa_q4k16_group)(M, w + g * ldw, xq, xd, xb, k, b ? b + g : NULL, y + g, ldy)
+        switch ((int)m) {
+            SA_K16_CASE(1, SA_K16_CALL) SA_K16_CASE(2, SA_K16_CALL) SA_K16_CASE(3, SA_K16_CALL)
+            SA_K16_CASE(4, SA_K16_CALL) SA_K16_CASE(5, SA_K16_CALL) SA_K16_CASE(6, SA_K16_CALL)
+            SA_K16_CASE(7, SA_K16_CALL) SA_K16_CASE(8, SA_K16_CALL)
+            default: break;
+        }
+#undef SA_K16_CALL
+    }
+#endif
+    if (j0 == g0 && j1 == g1) return;
+    uint8_t *row = (uint8_t *)malloc((size_t)ldw);
+    for (int64_t j = j0; j < j1; j++) {
+        if (j == g0) j = g1;
+        if (j >= j1) break;
+        if (row == NULL) {
+            for (int64_t r = 0; r < m; r++) y[r * ldy + j] = NAN;
+            continue;
+        }
+        sa_q4k16_unpack_row(w, ldw, j, row);
+        SA_FN(sa_linear_q8k_rows)(SA_Q4_K, xq, xd, xb, k, m, row, ldw, b ? b + j : NULL, 0, 1, y + j, ldy);
+    }
+    free(row);
 }
 
 #define SA_Q8K_SWITCH(kind, m, CALL)                                                               \
@@ -357,9 +486,17 @@ static inline __attribute__((always_inline)) void SA_FN(sa_q8k_rows)(const int k
 static void SA_FN(sa_linear_q8k_rows)(int kind, const int8_t *xq, const SA_T *xd, const int16_t *xb, int64_t k,
                                       int64_t m, const uint8_t *w, int64_t ldw, const SA_T *b, int64_t j0,
                                       int64_t j1, SA_T *y, int64_t ldy) {
+    if (kind == SA_Q4_K16) {
+        SA_FN(sa_q4k16_rows)(xq, xd, xb, k, m, w, ldw, b, j0, j1, y, ldy);
+        return;
+    }
 #define SA_Q8K_CALL(K, M) SA_FN(sa_q8k_rows)(K, M, xq, xd, xb, k, w, ldw, b, j0, j1, y, ldy)
     SA_Q8K_SWITCH(kind, m, SA_Q8K_CALL)
 #undef SA_Q8K_CALL
 }
 #undef SA_Q8K_SWITCH
 #undef SA_R8
+#undef SA_Q8K_AHEAD
+#ifdef SA_K16_CASE
+#undef SA_K16_CASE
+#endif

@@ -283,7 +283,8 @@ def linear_q(kernels, X, W, b, out):
                          b is not None, W.q8, threads_for(k * n, LINEAR_WORK))
         return out
     if not rowed and kernels.linear_qx is not None and few:
-        kernels.linear_qx(_rows(X), W.blocks, W.code, _NO_BIAS[dtype] if b is None else b, out.reshape(-1, n),
+        blocks, code = _row_blocks(kernels, W)
+        kernels.linear_qx(_rows(X), blocks, code, _NO_BIAS[dtype] if b is None else b, out.reshape(-1, n),
                           b is not None, W.q8, threads_for(k * n, LINEAR_WORK))
         return out
     X = X.astype(dtype, copy=False)
@@ -310,6 +311,17 @@ def linear_q(kernels, X, W, b, out):
     if b is not None:
         out += b
     return out
+
+
+def _row_blocks(kernels, W):
+    """(blocks, kind code) a few-row product of W reads: W's own, or where the backend has a layout
+    of them for its int8 row kernels (QuantizedMatrix.rows16: Q4_K in groups of 16 rows) that one,
+    made on the first call and kept with W."""
+    if kernels.pack_q4k16 is not None:
+        packed = W.rows16(lambda blocks: kernels.pack_q4k16(blocks, threads_for(blocks.size, LINEAR_WORK)))
+        if packed is not None:
+            return packed, quant.Q4_K16
+    return W.blocks, W.code
 
 
 PANEL_BYTES = 1 << 22  # W's rows dequantized at a time: within L3, and GEMMs big enough to run at full rate
@@ -1038,10 +1050,11 @@ def _step_product(W, name, k, n):
     if _step_shape(W, name) != (k, n):
         raise ValueError(f"{name} must stand for a ({k}, {n}) matrix, got {_step_shape(W, name)}")
     if isinstance(W, QuantizedMatrix):
-        w, kind = _read_only(W.blocks), W.code
+        w, kind, matrix = _read_only(W.blocks), W.code, W
     else:
-        w, kind = _step_array(W, name, (k, n)), _step_mod.DENSE
-    return _step_mod.Product(w, kind, k, n, _EMPTY if b is None else _step_array(b, f"{name}'s bias", (n,)))
+        w, kind, matrix = _step_array(W, name, (k, n)), _step_mod.DENSE, None
+    return _step_mod.Product(w, kind, k, n, _EMPTY if b is None else _step_array(b, f"{name}'s bias", (n,)),
+                             matrix)
 
 
 def _step_cache(cache, h_kv, dh):

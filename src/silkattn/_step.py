@@ -48,6 +48,7 @@ class Product:
     k: int
     n: int
     b: np.ndarray   # (n,) float32, or empty: no bias
+    matrix: object = None  # the QuantizedMatrix of blocks (a backend's layouts of it: QuantizedMatrix.rows16)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -13,6 +13,9 @@ KINDS = tuple(ref.QUANT_BLOCKS)  # the block types; a kind's index is its code i
 # the kinds with few-row product kernels and the fused step's; the others run a product as
 # dequantized panels of W into a GEMM (ops.linear's prefill path), whatever the rows
 ROW_KINDS = tuple(ref.QUANT_BYTES)
+# the kernel contract's code of Q4_K in groups of 16 rows (QuantizedMatrix.rows16, kernels/q4k16.h):
+# not a file's kind, a backend's layout of one
+Q4_K16 = len(KINDS)
 ACTIVATIONS = ("float32", "int8")  # what a product with the matrix does to X first (QuantizedMatrix)
 
 
@@ -104,6 +107,20 @@ class QuantizedMatrix:
     def nbytes(self):
         """Bytes of the blocks (what a product with it reads)."""
         return self.blocks.nbytes
+
+    def rows16(self, pack):
+        """The blocks in groups of 16 rows for the int8 decoding kernel (kernels/q4k16.h), made once
+        by pack (a backend's pack_q4k16) and kept: None unless a Q4_K matrix of int8 activations
+        whose rows (n) are whole groups. Its bytes sit beside the file's (a prefill's GEMM reads
+        those)."""
+        if self.kind != "Q4_K" or not self.q8 or self.blocks.shape[0] % 16 or not self.blocks.size:
+            return None
+        packed = self.__dict__.get("_rows16")
+        if packed is None:
+            packed = pack(self.blocks)
+            packed.flags.writeable = False
+            object.__setattr__(self, "_rows16", packed)  # a cache: the matrix it stands for is unchanged
+        return packed
 
     def dequantize(self):
         """W as a float32 (k, n) array: the reference's dequantize of the blocks, transposed (a view)."""

@@ -1,0 +1,92 @@
+/* Q4_K in groups of 16 rows (kind SA_Q4_K16): the decoding step's layout of a Q4_K matrix, made
+ * once from the file's blocks (sa_q4k16_pack) for the AVX-512 VNNI few-row product, and read back
+ * (sa_q4k16_unpack_row) by every other copy. A row of the file takes ldw = k / 256 * 144 bytes;
+ * rows 16 g .. 16 g + 15 take the same 16 ldw bytes here, as k / 256 super-blocks of 2304 bytes,
+ * each the 16 rows' blocks i (r: the row in the group, b: the sub-block of 32, 0 .. 7):
+ *     0     d, 16 float16          32    dmin, 16 float16
+ *     64    scales' low 4 bits: byte 16 (b / 2) + r, b odd in the high nibble
+ *     128   scales' high 2 bits: byte 16 (b / 4) + r, bits 2 (b % 4) and up
+ *     160   mins' low 4 bits, 224 mins' high 2 bits (as the scales')
+ *     256   q: 32 runs of 64 bytes, run c byte 4 r + t = q[8 c + t] | q[8 c + 4 + t] << 4
+ * so that one 64-byte load holds 4 + 4 consecutive weights of all 16 rows: one vpdpbusd each
+ * nibble against x's 4 bytes broadcast, the 16 sums landing in the rows' own lanes (no horizontal
+ * sums), and a 512-bit shift and mask decode the 16 rows' scales of a sub-block at once. The same
+ * bytes as the file's, their bits rearranged. */
+#ifndef SA_Q4K16_H
+#define SA_Q4K16_H
+#include <stdint.h>
+#include <string.h>
+
+#define SA_Q4K16_GROUP 16
+#define SA_Q4K16_SUPER 2304  /* 16 rows x 144 bytes */
+
+/* the 8 6-bit scales and mins of the file's 12 bytes at s (reference._k_quant's unpacking) */
+static inline void sa_q4k16_scales(const uint8_t *s, int *sc, int *mn) {
+    for (int c = 0; c < 8; c++) {
+        sc[c] = c < 4 ? s[c] & 63 : (s[c + 4] & 15) | (s[c - 4] >> 6) << 4;
+        mn[c] = c < 4 ? s[c + 4] & 63 : (s[c + 4] >> 4) | (s[c] >> 6) << 4;
+    }
+}
+
+/* out (n, ldw bytes, n a multiple of 16) = the layout above of w's rows (the file's) */
+static void __attribute__((unused)) sa_q4k16_pack(const uint8_t *w, int64_t ldw, int64_t n, uint8_t *out) {
+    const int64_t nb = ldw / 144;
+    for (int64_t g = 0; g < n / 16; g++)
+        for (int64_t i = 0; i < nb; i++) {
+            uint8_t *o = out + 16 * g * ldw + SA_Q4K16_SUPER * i;
+            memset(o, 0, 256);
+            for (int r = 0; r < 16; r++) {
+                const uint8_t *p = w + (16 * g + r) * ldw + 144 * i, *qs = p + 16;
+                int sc[8], mn[8];
+                memcpy(o + 2 * r, p, 2);
+                memcpy(o + 32 + 2 * r, p + 2, 2);
+                sa_q4k16_scales(p + 4, sc, mn);
+                for (int b = 0; b < 8; b++) {
+                    o[64 + 16 * (b / 2) + r] |= (uint8_t)((sc[b] & 15) << 4 * (b & 1));
+                    o[128 + 16 * (b / 4) + r] |= (uint8_t)((sc[b] >> 4) << 2 * (b % 4));
+                    o[160 + 16 * (b / 2) + r] |= (uint8_t)((mn[b] & 15) << 4 * (b & 1));
+                    o[224 + 16 * (b / 4) + r] |= (uint8_t)((mn[b] >> 4) << 2 * (b % 4));
+                }
+                /* the file's weight 64 c + l is byte 32 c + l's low nibble, 64 c + 32 + l its high */
+                for (int c = 0; c < 32; c++)
+                    for (int t = 0; t < 4; t++) {
+                        const int j = 8 * c + t, u = j + 4;
+                        const int lo = qs[32 * (j / 64) + j % 32] >> 4 * (j % 64 / 32) & 15;
+                        const int hi = qs[32 * (u / 64) + u % 32] >> 4 * (u % 64 / 32) & 15;
+                        o[256 + 64 * c + 4 * r + t] = (uint8_t)(lo | hi << 4);
+                    }
+            }
+        }
+}
+
+/* row j's file blocks (ldw bytes at row) from the layout at w (the inverse of sa_q4k16_pack) */
+static void __attribute__((unused)) sa_q4k16_unpack_row(const uint8_t *w, int64_t ldw, int64_t j, uint8_t *row) {
+    const int64_t nb = ldw / 144, g = j / 16;
+    const int r = (int)(j % 16);
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *o = w + 16 * g * ldw + SA_Q4K16_SUPER * i;
+        uint8_t *p = row + 144 * i, *qs = p + 16;
+        int sc[8], mn[8];
+        memcpy(p, o + 2 * r, 2);
+        memcpy(p + 2, o + 32 + 2 * r, 2);
+        for (int b = 0; b < 8; b++) {
+            sc[b] = (o[64 + 16 * (b / 2) + r] >> 4 * (b & 1) & 15) | (o[128 + 16 * (b / 4) + r] >> 2 * (b % 4) & 3) << 4;
+            mn[b] = (o[160 + 16 * (b / 2) + r] >> 4 * (b & 1) & 15) | (o[224 + 16 * (b / 4) + r] >> 2 * (b % 4) & 3) << 4;
+        }
+        for (int c = 0; c < 4; c++) {  /* the file's 12 bytes: 6 bits of 0..3 whole, 4..7 split */
+            p[4 + c] = (uint8_t)(sc[c] | (sc[c + 4] >> 4) << 6);
+            p[8 + c] = (uint8_t)(mn[c] | (mn[c + 4] >> 4) << 6);
+            p[12 + c] = (uint8_t)((sc[c + 4] & 15) | (mn[c + 4] & 15) << 4);
+        }
+        memset(qs, 0, 128);
+        for (int c = 0; c < 32; c++)
+            for (int t = 0; t < 4; t++) {
+                const int v = o[256 + 64 * c + 4 * r + t];
+                for (int h = 0; h < 2; h++) {
+                    const int u = 8 * c + 4 * h + t;
+                    qs[32 * (u / 64) + u % 32] |= (uint8_t)((v >> 4 * h & 15) << 4 * (u % 64 / 32));
+                }
+            }
+    }
+}
+#endif
