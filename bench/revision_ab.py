@@ -140,7 +140,7 @@ def _blocks(pkg, rng, kind, n, k, activations="float32"):
 def linear_cases():
     rng, r = _rng_arrays()
     x1, xs = r(1, 576), r(64, 576)
-    k1, k4 = r(1, 2048), r(4, 2048)
+    k1, k4, k8 = r(1, 2048), r(4, 2048), r(1, 8192)
     cases = []
     for be in ("numba", "cython"):
         for kind, n, x in (("Q8_0", 1536, x1), ("Q4_0", 1536, x1), ("Q8_0", 49152, x1), ("Q4_0", 1536, xs)):
@@ -149,13 +149,15 @@ def linear_cases():
                 return getattr(pkg, be).linear(x, W)
             cases.append((f"linear {kind} {len(x)}x576 -> {n}", be, f))
         # the K-quants with int8 activations (a decoding step's products): 8192 rows of 2048 stream
-        # from memory, 2048 rows x 4 inputs stay in cache
-        for kind, n, x in (("Q4_K", 8192, k1), ("Q5_K", 8192, k1), ("Q6_K", 8192, k1), ("Q4_K", 2048, k4)):
+        # from memory, 2048 rows x 4 inputs stay in cache, 2048 rows of 8192 (a feed-forward's down
+        # projection: long rows) stream
+        for kind, n, x in (("Q4_K", 8192, k1), ("Q5_K", 8192, k1), ("Q6_K", 8192, k1), ("Q4_K", 2048, k4),
+                           ("Q4_K", 2048, k8), ("Q6_K", 2048, k8)):
             def f(pkg, be=be, kind=kind, n=n, x=x):
-                W = _memo(pkg, ("W", kind, n),
-                          lambda: _blocks(pkg, np.random.default_rng(1), kind, n, 2048, "int8"))
+                W = _memo(pkg, ("W", kind, n, x.shape[1]),
+                          lambda: _blocks(pkg, np.random.default_rng(1), kind, n, x.shape[1], "int8"))
                 return getattr(pkg, be).linear(x, W)
-            cases.append((f"linear {kind} int8 {len(x)}x2048 -> {n}", be, f))
+            cases.append((f"linear {kind} int8 {len(x)}x{x.shape[1]} -> {n}", be, f))
     return cases
 
 

@@ -13,7 +13,7 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-#include "q4k16.h"
+#include "rows16.h"
 #include "quant_ext.h"  /* before the ISA copies: one baseline copy (tmpl_linear_q.h's dequantize calls it) */
 #define SA_TEMPLATE "tmpl_layer_step.h"
 #define SA_VNNI_COPY
@@ -67,7 +67,7 @@ typedef struct {
  * activations the row rounded to 8 bits a block of 32 or (the K-quants) of 256 */
 enum { SA_X_NONE = 0, SA_X_SUMS = 1, SA_X_Q8 = 2, SA_X_Q8K = 3 };
 static inline int sa_layer_xform(const sa_layer *L, int kind) {
-    if (L->q8) return kind >= SA_Q4_K ? SA_X_Q8K : SA_X_Q8;
+    if (L->q8) return SA_KQUANT(kind) ? SA_X_Q8K : SA_X_Q8;
     return kind == SA_Q4_0 || kind == SA_Q4_1 ? SA_X_SUMS : SA_X_NONE;
 }
 
@@ -94,7 +94,7 @@ static inline void sa_layer_rows(int isa, const sa_layer *L, const sa_matrix *W,
     const int64_t k = W->k, n = W->n, ldw = k / SA_QWEIGHTS(W->kind) * SA_QBYTES(W->kind);
     const int ext = W->kind >= SA_QROW_KINDS;
     const uint8_t *w = (const uint8_t *)W->w;
-    if (L->q8 && W->kind >= SA_Q4_K)
+    if (L->q8 && SA_KQUANT(W->kind))
         SA_PICK_Q8(sa_linear_q8k_rows_f32, isa)(W->kind, L->xq, L->xd, (const int16_t *)L->xs, k, 1, w, ldw, add,
                                                 j0, j1, y, n);
     else if (ext && L->q8)

@@ -17,7 +17,7 @@ cdef extern from "layer_step.h" nogil:
     int SA_QCH
     int SA_DENSE
     int SA_Q4_K
-    int SA_Q4_K16
+    int SA_Q5_0
     ctypedef struct sa_matrix:
         const void *w
         int kind
@@ -71,23 +71,23 @@ cdef inline const void *_data(a):
     return NULL if a.size == 0 else cnp.PyArray_DATA(a)
 
 
-def _pack(blocks):
+def _pack(blocks, kind):
     from silkattn._threads import get_num_threads
-    return _linear_q.pack_q4k16(blocks, get_num_threads())
+    return _linear_q.pack_rows16(blocks, kind, get_num_threads())
 
 
-_PACK = _pack if _linear_q.q4k16_usable() else None  # QuantizedMatrix.rows16's maker, where it serves
+_PACK = _pack if _linear_q.rows16_usable() else None  # QuantizedMatrix.rows16's maker, where it serves
 
 
 cdef sa_matrix _matrix(P, bint q8):
-    """P as sa_matrix: its blocks, or with int8 products Q4_K's in groups of 16 rows where this CPU's
-    copy runs them with VNNI (QuantizedMatrix.rows16, kept with the matrix; kernels/q4k16.h)"""
+    """P as sa_matrix: its blocks, or with int8 products Q4_K's and Q5_0's in groups of 16 rows where
+    this CPU's copy runs them with VNNI (QuantizedMatrix.rows16, kept with the matrix; kernels/rows16.h)"""
     cdef sa_matrix m
     m.w, m.kind, m.k, m.n, m.b = _data(P.w), P.kind, P.k, P.n, <const float *>_data(P.b)
-    if q8 and P.kind == SA_Q4_K and P.matrix is not None and _PACK is not None:
+    if q8 and (P.kind == SA_Q4_K or P.kind == SA_Q5_0) and P.matrix is not None and _PACK is not None:
         packed = P.matrix.rows16(_PACK)
         if packed is not None:
-            m.w, m.kind = _data(packed), SA_Q4_K16
+            m.w, m.kind = _data(packed[0]), packed[1]
     return m
 
 

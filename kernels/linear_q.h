@@ -1,7 +1,7 @@
 #include "isa.h"
 #include "quant_blocks.h"
 #include "quant_ext.h"
-#include "q4k16.h"
+#include "rows16.h"
 
 #define SA_TEMPLATE "tmpl_linear_q.h"
 #define SA_VNNI_COPY

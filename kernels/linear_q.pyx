@@ -12,9 +12,14 @@ include "common.pxi"
 cdef extern from "linear_q.h" nogil:
     int SA_Q8_0
     int SA_Q4_K
+    int SA_Q5_0
     int SA_Q4_K16
+    int SA_Q5_016
+    bint SA_KQUANT(int kind)
     void sa_q4k16_pack(const uint8_t *w, int64_t ldw, int64_t n, uint8_t *out)
     void sa_q4k16_unpack_row(const uint8_t *w, int64_t ldw, int64_t j, uint8_t *row)
+    void sa_q5016_pack(const uint8_t *w, int64_t ldw, int64_t n, uint8_t *out)
+    void sa_q5016_unpack_row(const uint8_t *w, int64_t ldw, int64_t j, uint8_t *row)
     int SA_QBYTES(int kind)
     int SA_QWEIGHTS(int kind)
     int SA_QROW_KINDS
@@ -130,9 +135,9 @@ def linear_qx(const float[:, ::1] x, const uint8_t[:, ::1] blocks, int kind, con
     cdef float *xs = NULL
     cdef float *xd = NULL
     cdef int8_t *xq = NULL
-    # what keeps the C kernel within its arrays (the caller, silkattn._api, has checked them); Q4_K16
-    # (pack_q4k16's layout) only with q8, its rows whole groups
-    rows16 = kind == SA_Q4_K16 and q8 and n % 16 == 0 and _fits(SA_Q4_K, k, ldw)
+    # what keeps the C kernel within its arrays (the caller, silkattn._api, has checked them); the
+    # layouts of pack_rows16 only with q8, their rows whole groups
+    rows16 = kind in ROWS16_CODES and q8 and n % 16 == 0 and _fits(ROWS16_CODES[kind], k, ldw)
     if not (rows16 or len(ROW_KINDS) <= kind < len(KINDS) and _fits(kind, k, ldw)) or not 1 <= m <= SA_QROWS \
             or n <= 0:
         raise ValueError(f"linear_qx: kind {kind}, x of shape ({m}, {k}) or {n} rows of W out of range")
@@ -156,7 +161,7 @@ def linear_qx(const float[:, ::1] x, const uint8_t[:, ::1] blocks, int kind, con
         if q8:
             memset(xs, 0, nxs * sizeof(float))
             memset(xd, 0, nxs * sizeof(float))
-            if kind >= SA_Q4_K:  # xs holds the m k / 16 int16 sums (m nxs floats >= m k / 8 bytes)
+            if SA_KQUANT(kind):  # xs holds the m k / 16 int16 sums (m nxs floats >= m k / 8 bytes)
                 sa_quantize_q8k_f32(ISA, &x[0, 0], k, m, xq, xd, <int16_t *>xs)
                 for t in prange(ntasks, num_threads=num_threads, schedule="static"):
                     sa_linear_q8k_rows_f32(ISA, kind, xq, xd, <const int16_t *>xs, k, m, &blocks[0, 0], ldw, bias,
@@ -175,39 +180,55 @@ def linear_qx(const float[:, ::1] x, const uint8_t[:, ::1] blocks, int kind, con
     free(xq)
 
 
-def q4k16_usable():
-    """True where linear_qx runs Q4_K16 (pack_q4k16's layout) with its VNNI kernel: the copy chosen
-    for this CPU has AVX-512 VNNI (elsewhere the layout would be unpacked a row at a time)."""
+ROWS16_CODES = {SA_Q4_K16: SA_Q4_K, SA_Q5_016: SA_Q5_0}  # the layouts of pack_rows16, their file kinds
+
+
+def rows16_usable():
+    """True where linear_qx runs the layouts of pack_rows16 with their VNNI kernels: the copy chosen
+    for this CPU has AVX-512 VNNI (elsewhere a layout would be unpacked a row at a time)."""
     return bool(sa_gemm_q8_usable(ISA))
 
 
-def pack_q4k16(const uint8_t[:, ::1] blocks, int num_threads=1):
-    """Q4_K blocks (n, k / 256 * 144), n a multiple of 16, in groups of 16 rows (kernels/q4k16.h): a
-    new array of the same shape, the same bits rearranged, for linear_qx's kind Q4_K16 (int8 products:
-    all 16 rows' sums in one register's lanes, no horizontal sums)."""
+def _rows16_check(name, Py_ssize_t n, Py_ssize_t ldw, int kind):
+    if kind not in (SA_Q4_K, SA_Q5_0):
+        raise ValueError(f"{name}: kind {kind} has no layout in groups of 16 rows (Q4_K and Q5_0 have)")
+    if n % 16 or n == 0 or ldw == 0 or ldw % SA_QBYTES(kind):
+        raise ValueError(f"{name}: blocks must be (n, whole {KINDS[kind]} blocks) with n a positive multiple of "
+                         f"16, got ({n}, {ldw})")
+
+
+def pack_rows16(const uint8_t[:, ::1] blocks, int kind, int num_threads=1):
+    """Q4_K or Q5_0 blocks (n, row bytes), n a multiple of 16, in groups of 16 rows (kernels/rows16.h):
+    a new array of the same shape, the same bits rearranged, for linear_qx's kinds Q4_K16 / Q5_016
+    (int8 products: the 16 rows' sums in one register's lanes, no horizontal sums). Returns the
+    array and its kind code."""
     cdef Py_ssize_t n = blocks.shape[0], ldw = blocks.shape[1], g
-    if n % 16 or n == 0 or ldw == 0 or ldw % 144:
-        raise ValueError(f"pack_q4k16: blocks must be (n, k / 256 * 144) with n a positive multiple of 16, "
-                         f"got ({n}, {ldw})")
+    _rows16_check("pack_rows16", n, ldw, kind)
     out = np.empty((n, ldw), np.uint8)
     cdef uint8_t[:, ::1] o = out
+    cdef bint k = kind == SA_Q4_K
     with nogil:
         for g in prange(n // 16, num_threads=num_threads, schedule="static"):
-            sa_q4k16_pack(&blocks[16 * g, 0], ldw, 16, &o[16 * g, 0])
-    return out
+            if k:
+                sa_q4k16_pack(&blocks[16 * g, 0], ldw, 16, &o[16 * g, 0])
+            else:
+                sa_q5016_pack(&blocks[16 * g, 0], ldw, 16, &o[16 * g, 0])
+    return out, (SA_Q4_K16 if k else SA_Q5_016)
 
 
-def unpack_q4k16(const uint8_t[:, ::1] packed):
-    """The file's Q4_K blocks of pack_q4k16's output (its inverse)."""
+def unpack_rows16(const uint8_t[:, ::1] packed, int kind):
+    """The file's blocks (kind Q4_K or Q5_0) of pack_rows16's output (its inverse)."""
     cdef Py_ssize_t n = packed.shape[0], ldw = packed.shape[1], j
-    if n % 16 or n == 0 or ldw == 0 or ldw % 144:
-        raise ValueError(f"unpack_q4k16: packed must be (n, k / 256 * 144) with n a positive multiple of 16, "
-                         f"got ({n}, {ldw})")
+    _rows16_check("unpack_rows16", n, ldw, kind)
     out = np.empty((n, ldw), np.uint8)
     cdef uint8_t[:, ::1] o = out
+    cdef bint k = kind == SA_Q4_K
     with nogil:
         for j in range(n):
-            sa_q4k16_unpack_row(&packed[0, 0], ldw, j, &o[j, 0])
+            if k:
+                sa_q4k16_unpack_row(&packed[0, 0], ldw, j, &o[j, 0])
+            else:
+                sa_q5016_unpack_row(&packed[0, 0], ldw, j, &o[j, 0])
     return out
 
 
@@ -291,13 +312,15 @@ def gemm_q8(const float[:, ::1] x, const uint8_t[:, ::1] blocks, int kind, float
     where the CPU or the copy chosen has no AVX-512 VNNI (the caller takes gemm_q's float path)."""
     cdef Py_ssize_t m = x.shape[0], k = x.shape[1], n = blocks.shape[0], ldw = blocks.shape[1], t, r
     cdef Py_ssize_t n32 = k // 32, tasks = (n + GQ8_PANEL - 1) // GQ8_PANEL
-    cdef int block = 256 if kind >= SA_Q4_K else 32
+    cdef int block = 256 if SA_KQUANT(kind) else 32
     cdef uint8_t *a = NULL
     cdef float *ad = NULL
     cdef float *axs = NULL
     cdef void *scratch
     cdef int failed = 0
-    if not _fits(kind, k, ldw) or out.shape[0] != m or out.shape[1] != n:
+    # the file's kinds, or the layouts of pack_rows16 (a prefill reading the decoding steps' copy)
+    rows16 = kind in ROWS16_CODES and n % 16 == 0 and _fits(ROWS16_CODES[kind], k, ldw)
+    if not (rows16 or _fits(kind, k, ldw)) or out.shape[0] != m or out.shape[1] != n:
         raise ValueError(f"gemm_q8: kind {kind}, blocks ({n}, {ldw}), x ({m}, {k}) and out ({out.shape[0]}, "
                          f"{out.shape[1]}) do not fit")
     if not sa_gemm_q8_usable(ISA):

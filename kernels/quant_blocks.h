@@ -11,14 +11,16 @@
  * others are dequantized (sa_dequantize_row_ext, quant_ext.h) for the GEMM path. */
 enum { SA_Q8_0 = 0, SA_Q4_0 = 1, SA_Q4_1 = 2, SA_Q5_0 = 3, SA_Q5_1 = 4, SA_Q4_K = 5, SA_Q5_K = 6, SA_Q6_K = 7,
        SA_NKINDS = 8 };
-/* Not a file's type: Q4_K's blocks rearranged in groups of 16 rows (q4k16.h), the AVX-512 VNNI
- * decoding step's layout; only the int8 K-quant row products take it (silkattn._api, linear_q.pyx) */
-enum { SA_Q4_K16 = 8 };
+/* Not files' types: Q4_K's and Q5_0's blocks rearranged in groups of 16 rows (rows16.h), the
+ * AVX-512 VNNI decoding step's layouts; only the int8 row products take them (silkattn._api,
+ * linear_q.pyx, layer_step.pyx) */
+enum { SA_Q4_K16 = 8, SA_Q5_016 = 9 };
 #define SA_QROW_KINDS 3
-#define SA_QBYTES(kind) ((kind) == SA_Q8_0 ? 34 : (kind) == SA_Q4_0 ? 18 : (kind) == SA_Q4_1 ? 20 \
-                         : (kind) == SA_Q5_0 ? 22 : (kind) == SA_Q5_1 ? 24 : (kind) == SA_Q4_K || (kind) == SA_Q4_K16 ? 144 \
-                         : (kind) == SA_Q5_K ? 176 : 210)
-#define SA_QWEIGHTS(kind) ((kind) >= SA_Q4_K ? 256 : 32)
+#define SA_KQUANT(kind) ((kind) == SA_Q4_K || (kind) == SA_Q5_K || (kind) == SA_Q6_K || (kind) == SA_Q4_K16)
+#define SA_QBYTES(kind) ((kind) == SA_Q8_0 ? 34 : (kind) == SA_Q4_0 ? 18 : (kind) == SA_Q4_1 ? 20     \
+                         : (kind) == SA_Q5_0 || (kind) == SA_Q5_016 ? 22 : (kind) == SA_Q5_1 ? 24 \
+                         : (kind) == SA_Q4_K || (kind) == SA_Q4_K16 ? 144 : (kind) == SA_Q5_K ? 176 : 210)
+#define SA_QWEIGHTS(kind) (SA_KQUANT(kind) ? 256 : 32)
 #define SA_QROWS 8  /* the most rows of x (silkattn._api.LINEAR_ROWS) */
 #define SA_QCH 16   /* blocks a chunk, their scales converted together; x's block sums padded to it */
 

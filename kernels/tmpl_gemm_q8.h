@@ -107,6 +107,43 @@ static void SA_FN(sa_gq8_unpack)(int kind, const uint8_t *p, int64_t k, int8_t *
     }
 }
 
+/* sa_gq8_unpack of row j of W in rows16.h's layouts (Q4_K16, Q5_016): the same values, read where
+ * the layout put them (a prefill reads the copy the decoding steps read, not the file's) */
+static void SA_FN(sa_gq8_unpack16)(int kind, const uint8_t *w, int64_t ldw, int64_t j, int64_t k, int8_t *v,
+                                   SA_T *s, SA_T *m) {
+    const int r = (int)(j % 16);
+    const uint8_t *o = w + j / 16 * 16 * ldw;
+    if (kind == SA_Q5_016) {
+        for (int64_t i = 0; i < k / 32; i++, o += SA_Q5016_BLOCK) {
+            int8_t *vi = v + 32 * i;
+            uint32_t h;
+            memcpy(&h, o + 32 + 4 * r, 4);
+            s[i] = SA_FN(sa_q8_half)(o + 2 * r), m[i] = 0;
+            for (int c = 0; c < 4; c++)
+                for (int t = 0; t < 4; t++) {
+                    const int b = o[96 + 64 * c + 4 * r + t], lo = 8 * c + t, hi = lo + 4;
+                    vi[lo] = (int8_t)(((b & 15) | ((h >> lo) & 1) << 4) - 16);
+                    vi[hi] = (int8_t)(((b >> 4) | ((h >> hi) & 1) << 4) - 16);
+                }
+        }
+        return;
+    }
+    for (int64_t i = 0; i < k / 256; i++, o += SA_Q4K16_SUPER) {
+        int8_t *vi = v + 256 * i;
+        const SA_T dw = SA_FN(sa_q8_half)(o + 2 * r), dmin = SA_FN(sa_q8_half)(o + 32 + 2 * r);
+        for (int b = 0; b < 8; b++) {
+            const int sc = (o[64 + 16 * (b / 2) + r] >> 4 * (b & 1) & 15) | (o[128 + 16 * (b / 4) + r] >> 2 * (b % 4) & 3) << 4;
+            const int mn = (o[160 + 16 * (b / 2) + r] >> 4 * (b & 1) & 15) | (o[224 + 16 * (b / 4) + r] >> 2 * (b % 4) & 3) << 4;
+            s[8 * i + b] = dw * (SA_T)sc, m[8 * i + b] = -dmin * (SA_T)mn;
+        }
+        for (int c = 0; c < 32; c++)
+            for (int t = 0; t < 4; t++) {
+                const int b = o[256 + 64 * c + 4 * r + t];
+                vi[8 * c + t] = (int8_t)(b & 15), vi[8 * c + 4 + t] = (int8_t)(b >> 4);
+            }
+    }
+}
+
 /* The panel of W's rows j .. j + cols (cols <= 32; the rest zero) for sa_gq8_tile: bv[(t 32 + c) 4
  * + u] = v_c[4 t + u]; bs[g 32 + c] = s_cg; bc[g 32 + c] = 128 sum of v_c over group g; bm[g32 32 +
  * c] = m_c; rows: scratch of k bytes, k / 16 + k / 32 floats */
@@ -116,7 +153,10 @@ static void SA_FN(sa_gq8_pack_b)(int kind, const uint8_t *w, int64_t ldw, int64_
     SA_T *rm = rs + k / 16;
     for (int c = 0; c < SA_GQ8_NR; c++) {
         if (c < cols) {
-            SA_FN(sa_gq8_unpack)(kind, w + (j + c) * ldw, k, row, rs, rm);
+            if (kind == SA_Q4_K16 || kind == SA_Q5_016)
+                SA_FN(sa_gq8_unpack16)(kind, w, ldw, j + c, k, row, rs, rm);
+            else
+                SA_FN(sa_gq8_unpack)(kind, w + (j + c) * ldw, k, row, rs, rm);
         } else {
             memset(row, 0, k);
             for (int64_t g = 0; g < k / 16; g++) rs[g] = 0;
@@ -209,7 +249,7 @@ static void SA_FN(sa_gq8_cols)(int kind, const uint8_t *a, const SA_T *ad, const
                                const uint8_t *w, int64_t ldw, int64_t j0, int64_t j1, SA_T *y, int64_t ldy,
                                void *scratch) {
     const int G = kind == SA_Q6_K ? 16 : 32;
-    const int offsets = kind == SA_Q4_1 || kind == SA_Q5_1 || kind == SA_Q4_K || kind == SA_Q5_K;
+    const int offsets = kind == SA_Q4_1 || kind == SA_Q5_1 || kind == SA_Q4_K || kind == SA_Q5_K || kind == SA_Q4_K16;
     const int64_t n32 = k / 32, ng = k / G;
     int8_t *bv = (int8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     SA_T *bs = (SA_T *)(bv + k * SA_GQ8_NR);

@@ -351,7 +351,7 @@ static inline __attribute__((always_inline)) void SA_FN(sa_q8k_rows)(const int k
 }
 
 #if SA_X86 && SA_VBYTES == 64 && defined(__AVX512BW__) && defined(__AVX512VNNI__)
-/* y[:M, g:g + 16] (+ b[g:g + 16]) for the 16 rows of the group at wg (q4k16.h's layout), x as
+/* y[:M, g:g + 16] (+ b[g:g + 16]) for the 16 rows of the group at wg (rows16.h's layout), x as
  * sa_q8k_rows's: per sub-block b and row of x, a[r] = sum_t q x (16 rows' lanes: vpdpbusd of a
  * run's nibbles against 4 bytes of x broadcast), then s_b a[r] and m_b sum(q_x)_b as int32 lanes
  * (exact: 63 x 60960 x 8 < 2^31); a super-block adds d d_x and dmin d_x times them, as floats. */
@@ -435,7 +435,7 @@ static inline __attribute__((always_inline)) void SA_FN(sa_q4k16_group)(const in
 #define SA_K16_CASE(M, CALL) case M: CALL(M); break;
 #endif
 
-/* sa_linear_q8k_rows for W in q4k16.h's layout: the whole groups in [j0, j1) by sa_q4k16_group
+/* sa_linear_q8k_rows for W in rows16.h's layout: the whole groups in [j0, j1) by sa_q4k16_group
  * where this copy has VNNI; every other row (every row in the other copies) unpacked to the
  * file's blocks and multiplied as Q4_K (the same sums; silkattn._api makes the layout only where
  * the VNNI copy runs). NaN rows if the row's buffer cannot be had. */

@@ -416,57 +416,93 @@ def test_the_integer_gemm_on_every_edge(rng, kind, m, blocks_a_row, n):
         gemm_q8(X, W.blocks, W.code, np.empty((m, n + 1), np.float32), 1)
 
 
+@pytest.mark.parametrize("kind", ["Q4_K", "Q5_0"])
 @pytest.mark.parametrize("n, blocks_a_row", [(16, 1), (48, 3), (272, 2)])
-def test_q4_k_in_groups_of_16_rows(rng, n, blocks_a_row):
-    """The int8 decoding kernels' layout of Q4_K (quant.Q4_K16, kernels/q4k16.h): the file's bytes
-    rearranged in groups of 16 rows (unpacked back to the bit, each row's d and dmin where the layout
-    puts them), and linear_qx on it, 1 to 8 rows with a bias, the file's product within the bound:
-    on the VNNI copy its own kernel, on every other copy (test_portable) the rows unpacked."""
+def test_blocks_in_groups_of_16_rows(rng, kind, n, blocks_a_row):
+    """The int8 decoding kernels' layouts of Q4_K and Q5_0 (quant.ROWS16, kernels/rows16.h): the
+    file's bits rearranged in groups of 16 rows (unpacked back to the bit, each row's d where the
+    layout puts it), and linear_qx on them, 1 to 8 rows with a bias, within the bound of the file's
+    product and close to its result: on the VNNI copy their own kernels, on every other copy
+    (test_portable) the rows unpacked."""
     lq = pytest.importorskip("silkattn._cy.linear_q")
-    from silkattn.quant import Q4_K16
-    k = 256 * blocks_a_row
-    W = QuantizedMatrix("Q4_K", any_blocks(rng, "Q4_K", n, k), "int8")
-    packed = lq.pack_q4k16(W.blocks, 2)
-    assert packed.shape == W.blocks.shape and packed.dtype == np.uint8
-    assert (lq.unpack_q4k16(packed) == W.blocks).all()
-    supers = packed.reshape(n // 16, blocks_a_row, 16 * 144)
-    rows = W.blocks.reshape(n // 16, 16, blocks_a_row, 144)
-    assert (supers[..., :32].reshape(n // 16, blocks_a_row, 16, 2) == rows[..., :2].swapaxes(1, 2)).all()
-    assert (supers[..., 32:64].reshape(n // 16, blocks_a_row, 16, 2) == rows[..., 2:4].swapaxes(1, 2)).all()
+    weights, size = ref.QUANT_BLOCKS[kind]
+    k = (256 if kind == "Q4_K" else 32) * blocks_a_row
+    W = QuantizedMatrix(kind, any_blocks(rng, kind, n, k), "int8")
+    packed, code = lq.pack_rows16(W.blocks, W.code, 2)
+    assert packed.shape == W.blocks.shape and packed.dtype == np.uint8 and code >= len(KINDS)
+    assert (lq.unpack_rows16(packed, W.code) == W.blocks).all()
+    nb = k // weights
+    group = packed.reshape(n // 16, nb, 16 * size)
+    rows = W.blocks.reshape(n // 16, 16, nb, size)
+    assert (group[..., :32].reshape(n // 16, nb, 16, 2) == rows[..., :2].swapaxes(1, 2)).all()
     b = rng.standard_normal(n).astype(np.float32)
     for m in range(1, LINEAR_ROWS + 1):
         X = rng.standard_normal((m, k)).astype(np.float32)
         out, file = np.empty((m, n), np.float32), np.empty((m, n), np.float32)
-        lq.linear_qx(X, packed, Q4_K16, b, out, True, True, 2)
+        lq.linear_qx(X, packed, code, b, out, True, True, 2)
         lq.linear_qx(X, W.blocks, W.code, b, file, True, True, 2)
-        X64, W64 = f64(ref.round_q8(X, 256), W.dequantize())
+        X64, W64 = f64(ref.round_q8(X, ref.Q8_BLOCK[kind]), W.dequantize())
         expected, M = X64 @ W64 + b, np.abs(X64) @ np.abs(W64) + np.abs(b)
         assert (np.abs(out - expected) <= (k + 2) * 2.0 ** -24 * M).all()
         assert np.allclose(out, file, rtol=1e-5, atol=1e-5 * np.abs(file).max())
     with pytest.raises(ValueError, match="linear_qx"):  # float32 activations: no such kernel
-        lq.linear_qx(X, packed, Q4_K16, b, out, True, False, 1)
-    with pytest.raises(ValueError, match="pack_q4k16"):  # rows not whole groups
-        lq.pack_q4k16(W.blocks[:n - 1].copy())
+        lq.linear_qx(X, packed, code, b, out, True, False, 1)
+    X = rng.standard_normal((37, k)).astype(np.float32)  # a prefill's integer GEMM reads the layout too
+    out, file = np.empty((37, n), np.float32), np.empty((37, n), np.float32)
+    if lq.gemm_q8(X, packed, code, out, 2):
+        assert lq.gemm_q8(X, W.blocks, W.code, file, 2)
+        assert np.array_equal(out, file)  # the same bytes and scales unpacked: the same GEMM
+    with pytest.raises(ValueError, match="pack_rows16"):  # rows not whole groups
+        lq.pack_rows16(W.blocks[:n - 1].copy(), W.code)
+    with pytest.raises(ValueError, match="pack_rows16"):  # a kind without the layout
+        lq.pack_rows16(W.blocks, KINDS.index("Q8_0"))
 
 
-def test_int8_q4_k_products_read_their_packed_copy(backend, rng):
-    """ops.linear with an int8 Q4_K matrix of whole groups of 16 rows packs it once (where the
-    backend has the layout: QuantizedMatrix.rows16) and keeps it; other kinds, float32 activations
-    and rows not a multiple of 16 keep the file's blocks."""
-    W = QuantizedMatrix("Q4_K", any_blocks(rng, "Q4_K", 32, 512), "int8")
+@pytest.mark.parametrize("kind", ["Q4_K", "Q5_0"])
+def test_int8_products_read_their_packed_copy(backend, rng, kind):
+    """ops.linear with an int8 Q4_K or Q5_0 matrix of whole groups of 16 rows packs it once (where
+    the backend has the layout: QuantizedMatrix.rows16) and keeps it; float32 activations, rows not
+    a multiple of 16 and other kinds keep the file's blocks."""
+    W = QuantizedMatrix(kind, any_blocks(rng, kind, 32, 512), "int8")
     X = rng.standard_normal((2, 512)).astype(np.float32)
-    X64, W64 = f64(ref.round_q8(X, 256), W.dequantize())
+    X64, W64 = f64(ref.round_q8(X, ref.Q8_BLOCK[kind]), W.dequantize())
     err = np.abs(backend.linear(X, W) - X64 @ W64)
     assert (err <= 514 * 2.0 ** -24 * (np.abs(X64) @ np.abs(W64))).all()
-    pack = backend.KERNELS.pack_q4k16
+    pack = backend.KERNELS.pack_rows16
     if pack is None:
         assert W.__dict__.get("_rows16") is None
         return
     first = W.__dict__["_rows16"]
-    assert (first == pack(W.blocks, 1)).all() and not first.flags.writeable
+    assert (first[0] == pack(W.blocks, W.code, 1)[0]).all() and not first[0].flags.writeable
     backend.linear(X, W)
     assert W.__dict__["_rows16"] is first
     for other in (dataclasses.replace(W, activations="float32"),
-                  QuantizedMatrix("Q4_K", any_blocks(rng, "Q4_K", 40, 512), "int8"),
+                  QuantizedMatrix(kind, any_blocks(rng, kind, 40, 512), "int8"),
                   QuantizedMatrix("Q6_K", any_blocks(rng, "Q6_K", 32, 512), "int8")):
         assert other.rows16(pack) is None
+
+
+def test_packing_releases_the_file_pages_only(tmp_path, rng):
+    """After QuantizedMatrix.rows16, blocks that are a read-only file mapping (a GGUF tensor) have
+    their pages released and read back from the file unchanged; blocks in anonymous memory or a
+    copy-on-write mapping are left alone (releasing those would lose them)."""
+    import mmap
+
+    raw = any_blocks(rng, "Q5_0", 64, 4096)
+    path = tmp_path / "w.bin"
+    path.write_bytes(b"\0" * 100 + raw.tobytes())
+    with open(path, "rb") as f:
+        shared = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        private = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    pack = lambda blocks, code: (blocks.copy(), code)  # noqa: E731  (the layout is not what is tested)
+    for buf in (shared, private):
+        blocks = np.frombuffer(buf, np.uint8, raw.size, 100).reshape(raw.shape)
+        expected = raw.copy()
+        if buf is private:  # a change only this process's pages hold
+            blocks[3, 7] ^= 0xFF
+            expected[3, 7] ^= 0xFF
+        assert QuantizedMatrix("Q5_0", blocks, "int8").rows16(pack) is not None
+        assert (blocks == expected).all()
+    anon = raw.copy()
+    QuantizedMatrix("Q5_0", anon, "int8").rows16(pack)
+    assert (anon == raw).all()

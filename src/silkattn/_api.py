@@ -289,7 +289,7 @@ def linear_q(kernels, X, W, b, out):
         return out
     X = X.astype(dtype, copy=False)
     integer = W.q8 and kernels.gemm_q8 is not None and dtype == np.float32 and rows > LINEAR_ROWS and n
-    if integer and kernels.gemm_q8(_rows(X), W.blocks, W.code, out.reshape(-1, n),
+    if integer and kernels.gemm_q8(_rows(X), *_row_blocks(kernels, W), out.reshape(-1, n),
                                    threads_for(rows * k * n, GEMM_WORK)):
         if b is not None:
             out += b
@@ -314,13 +314,14 @@ def linear_q(kernels, X, W, b, out):
 
 
 def _row_blocks(kernels, W):
-    """(blocks, kind code) a few-row product of W reads: W's own, or where the backend has a layout
-    of them for its int8 row kernels (QuantizedMatrix.rows16: Q4_K in groups of 16 rows) that one,
-    made on the first call and kept with W."""
-    if kernels.pack_q4k16 is not None:
-        packed = W.rows16(lambda blocks: kernels.pack_q4k16(blocks, threads_for(blocks.size, LINEAR_WORK)))
+    """(blocks, kind code) an int8 product of W reads: W's own, or where the backend has a layout of
+    them for its int8 kernels (QuantizedMatrix.rows16: Q4_K, Q5_0 in groups of 16 rows) that one,
+    made on the first call and kept with W (the few-row kernels and the integer GEMM read it)."""
+    if kernels.pack_rows16 is not None:
+        packed = W.rows16(lambda blocks, kind: kernels.pack_rows16(blocks, kind,
+                                                                     threads_for(blocks.size, LINEAR_WORK)))
         if packed is not None:
-            return packed, quant.Q4_K16
+            return packed
     return W.blocks, W.code
 
 

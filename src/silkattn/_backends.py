@@ -48,8 +48,8 @@ class Kernels:
     gemm: Kernel = None             # x W for many rows on silkattn's team: a BLAS sgemm a thread (_blas)
     gemm_q: Kernel = None           # the same with W as GGUF blocks, dequantized a panel a thread
     gemm_q8: Kernel = None          # the same with int8 activations as integer products (AVX-512 VNNI)
-    pack_q4k16: Kernel = None       # Q4_K blocks in groups of 16 rows, for linear_qx and layer_step's int8
-    #                                 products (quant.Q4_K16), where this CPU's copy runs them with VNNI
+    pack_rows16: Kernel = None      # Q4_K / Q5_0 blocks in groups of 16 rows for linear_qx's and layer_step's
+    #                                 int8 products (quant.ROWS16), where this CPU's copy runs them (VNNI)
     layer_step: Kernel = None       # one decoder layer for one token from its record (silkattn._step)
     isa: str = "numpy"              # the instruction set the kernels run with
     openmp: bool = True             # False: built without OpenMP, single-threaded

@@ -30,7 +30,7 @@ KERNELS = Kernels("cython", softmax=_softmax.softmax, layer_norm=_layer_norm.lay
                   gelu_tanh_mul=_silu_mul.gelu_tanh_mul,
                   dequantize=_linear_q.dequantize, gemm=_linear.gemm, gemm_q=_linear_q.gemm_q,
                   gemm_q8=_linear_q.gemm_q8,
-                  pack_q4k16=_linear_q.pack_q4k16 if _linear_q.q4k16_usable() else None,
+                  pack_rows16=_linear_q.pack_rows16 if _linear_q.rows16_usable() else None,
                   layer_step=_layer_step.layer_step, isa=ISA, openmp=OPENMP)
 
 globals().update(ops.bind(KERNELS))

@@ -4,6 +4,7 @@ would be 32, which is what a decoding step's speed depends on. The ROW_KINDS hav
 kernels (a decoding step's) and the fused step's; every kind has the GEMM path's dequantize.
 """
 import dataclasses
+import mmap
 
 import numpy as np
 
@@ -13,9 +14,9 @@ KINDS = tuple(ref.QUANT_BLOCKS)  # the block types; a kind's index is its code i
 # the kinds with few-row product kernels and the fused step's; the others run a product as
 # dequantized panels of W into a GEMM (ops.linear's prefill path), whatever the rows
 ROW_KINDS = tuple(ref.QUANT_BYTES)
-# the kernel contract's code of Q4_K in groups of 16 rows (QuantizedMatrix.rows16, kernels/q4k16.h):
-# not a file's kind, a backend's layout of one
-Q4_K16 = len(KINDS)
+# the kinds with a layout in groups of 16 rows for the int8 decoding kernels (QuantizedMatrix.rows16,
+# kernels/rows16.h): a backend's layouts of a file's blocks, with kernel-contract codes of their own
+ROWS16 = ("Q4_K", "Q5_0")
 ACTIVATIONS = ("float32", "int8")  # what a product with the matrix does to X first (QuantizedMatrix)
 
 
@@ -109,17 +110,21 @@ class QuantizedMatrix:
         return self.blocks.nbytes
 
     def rows16(self, pack):
-        """The blocks in groups of 16 rows for the int8 decoding kernel (kernels/q4k16.h), made once
-        by pack (a backend's pack_q4k16) and kept: None unless a Q4_K matrix of int8 activations
-        whose rows (n) are whole groups. Its bytes sit beside the file's (a prefill's GEMM reads
-        those)."""
-        if self.kind != "Q4_K" or not self.q8 or self.blocks.shape[0] % 16 or not self.blocks.size:
+        """(blocks, kind code) in groups of 16 rows for the int8 decoding kernels (kernels/rows16.h),
+        made once by pack(blocks, code) (a backend's pack_rows16) and kept: None unless a ROWS16
+        kind of int8 activations whose rows (n) are whole groups. Where the blocks are a read-only
+        file mapping (a GGUF file's tensor), their pages are then released: the backend's products,
+        a prefill's GEMM too, read the copy, and whatever reads the blocks again has them back from
+        the file, so the matrix stays in memory once."""
+        if self.kind not in ROWS16 or not self.q8 or self.blocks.shape[0] % 16 or not self.blocks.size:
             return None
         packed = self.__dict__.get("_rows16")
         if packed is None:
-            packed = pack(self.blocks)
-            packed.flags.writeable = False
+            blocks, code = pack(self.blocks, self.code)
+            blocks.flags.writeable = False
+            packed = (blocks, code)
             object.__setattr__(self, "_rows16", packed)  # a cache: the matrix it stands for is unchanged
+            _release_file_pages(self.blocks)
         return packed
 
     def dequantize(self):
@@ -129,3 +134,19 @@ class QuantizedMatrix:
     def __repr__(self):
         return (f"QuantizedMatrix({self.kind}, shape={self.shape}, {self.nbytes} bytes, "
                 f"{self.activations} activations)")
+
+
+def _release_file_pages(a):
+    """Drop from this process the whole pages of a read-only shared file mapping under array a (the
+    kernel maps them in again from the file if a is read later). Nothing for any other memory: on
+    anonymous or copy-on-write memory the same call would discard the data."""
+    base = a
+    while isinstance(base, (np.ndarray, memoryview)):  # views of views, np.frombuffer's memoryview
+        base = base.base if isinstance(base, np.ndarray) else base.obj
+    if not isinstance(base, mmap.mmap) or not memoryview(base).readonly or not hasattr(base, "madvise"):
+        return
+    start = np.frombuffer(base, np.uint8).ctypes.data
+    lo, hi = a.ctypes.data, a.ctypes.data + a.nbytes
+    lo, hi = -(-lo // mmap.PAGESIZE) * mmap.PAGESIZE, hi // mmap.PAGESIZE * mmap.PAGESIZE
+    if start <= lo < hi <= start + len(base):
+        base.madvise(mmap.MADV_DONTNEED, lo - start, hi - lo)

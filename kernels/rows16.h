@@ -1,6 +1,7 @@
-/* Q4_K in groups of 16 rows (kind SA_Q4_K16): the decoding step's layout of a Q4_K matrix, made
- * once from the file's blocks (sa_q4k16_pack) for the AVX-512 VNNI few-row product, and read back
- * (sa_q4k16_unpack_row) by every other copy. A row of the file takes ldw = k / 256 * 144 bytes;
+/* Blocks in groups of 16 rows: the decoding step's layouts of a Q4_K matrix (kind SA_Q4_K16) and
+ * of a Q5_0 one (SA_Q5_016, at the end), made once from the file's blocks (sa_q4k16_pack,
+ * sa_q5016_pack) for the AVX-512 VNNI few-row products, and read back (sa_q4k16_unpack_row,
+ * sa_q5016_unpack_row) by every other copy. Q4_K: A row of the file takes ldw = k / 256 * 144 bytes;
  * rows 16 g .. 16 g + 15 take the same 16 ldw bytes here, as k / 256 super-blocks of 2304 bytes,
  * each the 16 rows' blocks i (r: the row in the group, b: the sub-block of 32, 0 .. 7):
  *     0     d, 16 float16          32    dmin, 16 float16
@@ -12,8 +13,8 @@
  * nibble against x's 4 bytes broadcast, the 16 sums landing in the rows' own lanes (no horizontal
  * sums), and a 512-bit shift and mask decode the 16 rows' scales of a sub-block at once. The same
  * bytes as the file's, their bits rearranged. */
-#ifndef SA_Q4K16_H
-#define SA_Q4K16_H
+#ifndef SA_ROWS16_H
+#define SA_ROWS16_H
 #include <stdint.h>
 #include <string.h>
 
@@ -85,6 +86,54 @@ static void __attribute__((unused)) sa_q4k16_unpack_row(const uint8_t *w, int64_
                 for (int h = 0; h < 2; h++) {
                     const int u = 8 * c + 4 * h + t;
                     qs[32 * (u / 64) + u % 32] |= (uint8_t)((v >> 4 * h & 15) << 4 * (u % 64 / 32));
+                }
+            }
+    }
+}
+
+/* Q5_0 (blocks of 32 weights, 22 bytes: float16 d, 32 fifth bits qh, 16 bytes of nibbles, weight j
+ * < 16 the low nibble of byte j, j + 16 its high one): a group's block i takes 352 bytes,
+ *     0     d, 16 float16
+ *     32    qh, 16 x 4 bytes (the file's, row r at 4 r)
+ *     96    the low 4 bits: 4 runs of 64 bytes, run c byte 4 r + t = q[8 c + t] | q[8 c + 4 + t] << 4
+ * one vpshufb spreads byte c of each row's qh over its 4 bytes, two bit tests give the fifth bits
+ * of run c's nibbles as byte masks. */
+#define SA_Q5016_BLOCK 352  /* 16 rows x 22 bytes */
+
+static void __attribute__((unused)) sa_q5016_pack(const uint8_t *w, int64_t ldw, int64_t n, uint8_t *out) {
+    const int64_t nb = ldw / 22;
+    for (int64_t g = 0; g < n / 16; g++)
+        for (int64_t i = 0; i < nb; i++) {
+            uint8_t *o = out + 16 * g * ldw + SA_Q5016_BLOCK * i;
+            for (int r = 0; r < 16; r++) {
+                const uint8_t *p = w + (16 * g + r) * ldw + 22 * i, *qs = p + 6;
+                memcpy(o + 2 * r, p, 2);
+                memcpy(o + 32 + 4 * r, p + 2, 4);
+                for (int c = 0; c < 4; c++)
+                    for (int t = 0; t < 4; t++) {
+                        const int j = 8 * c + t, u = j + 4;
+                        const int lo = qs[j % 16] >> 4 * (j / 16) & 15, hi = qs[u % 16] >> 4 * (u / 16) & 15;
+                        o[96 + 64 * c + 4 * r + t] = (uint8_t)(lo | hi << 4);
+                    }
+            }
+        }
+}
+
+static void __attribute__((unused)) sa_q5016_unpack_row(const uint8_t *w, int64_t ldw, int64_t j, uint8_t *row) {
+    const int64_t nb = ldw / 22, g = j / 16;
+    const int r = (int)(j % 16);
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *o = w + 16 * g * ldw + SA_Q5016_BLOCK * i;
+        uint8_t *p = row + 22 * i, *qs = p + 6;
+        memcpy(p, o + 2 * r, 2);
+        memcpy(p + 2, o + 32 + 4 * r, 4);
+        memset(qs, 0, 16);
+        for (int c = 0; c < 4; c++)
+            for (int t = 0; t < 4; t++) {
+                const int v = o[96 + 64 * c + 4 * r + t];
+                for (int h = 0; h < 2; h++) {
+                    const int u = 8 * c + 4 * h + t;
+                    qs[u % 16] |= (uint8_t)((v >> 4 * h & 15) << 4 * (u / 16));
                 }
             }
     }
