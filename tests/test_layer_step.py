@@ -32,10 +32,13 @@ def blocks(rng, kind, k, n, activations):
 
 def family_blocks(rng, kind, k, n, activations):
     """A QuantizedMatrix (k, n) of random valid `kind` blocks (any of quant.KINDS), weights of about
-    1 / sqrt(k)."""
+    1 / sqrt(k); Q4_K's and Q5_0's read-only, as a file's are (the int8 step then reads them in
+    groups of 16 rows where the backend has that layout: QuantizedMatrix.rows16)."""
     from llama_files import k_blocks
     if kind in ("Q4_K", "Q5_K", "Q6_K"):
-        return QuantizedMatrix(kind, k_blocks(rng, kind, n, k), activations)
+        b = k_blocks(rng, kind, n, k)
+        b.flags.writeable = kind != "Q4_K"
+        return QuantizedMatrix(kind, b, activations)
     if kind in ("Q8_0", "Q4_0", "Q4_1"):
         return blocks(rng, kind, k, n, activations)
     size = ref.QUANT_BLOCKS[kind][1]
@@ -44,6 +47,7 @@ def family_blocks(rng, kind, k, n, activations):
     b[:, :, 0:2] = np.frombuffer(d.tobytes(), np.uint8)
     if kind == "Q5_1":  # w = d q + m, q in 0 .. 31
         b[:, :, 2:4] = np.frombuffer(np.float16(-15.5 * float(d)).tobytes(), np.uint8)
+    b.flags.writeable = kind != "Q5_0"
     return QuantizedMatrix(kind, b.reshape(n, -1), activations)
 
 

@@ -72,6 +72,11 @@ def any_blocks(rng, kind, n, k, special=None):
     return blocks.reshape(n, -1)
 
 
+def read_only(a):
+    a.flags.writeable = False
+    return a
+
+
 def random_blocks(rng, kind, n, k, scales=(1e-3, 1e-1)):
     """(n, k / 32 * block bytes) random blocks: random q bytes, fp16 scales (and Q4_1's offsets) of
     random sign and magnitudes log-uniform in `scales`."""
@@ -460,10 +465,11 @@ def test_blocks_in_groups_of_16_rows(rng, kind, n, blocks_a_row):
 
 @pytest.mark.parametrize("kind", ["Q4_K", "Q5_0"])
 def test_int8_products_read_their_packed_copy(backend, rng, kind):
-    """ops.linear with an int8 Q4_K or Q5_0 matrix of whole groups of 16 rows packs it once (where
-    the backend has the layout: QuantizedMatrix.rows16) and keeps it; float32 activations, rows not
-    a multiple of 16 and other kinds keep the file's blocks."""
-    W = QuantizedMatrix(kind, any_blocks(rng, kind, 32, 512), "int8")
+    """ops.linear with an int8 Q4_K or Q5_0 matrix of whole groups of 16 rows, its blocks read-only
+    (as a GGUF file's), packs it once (where the backend has the layout: QuantizedMatrix.rows16)
+    and keeps it; float32 activations, rows not a multiple of 16, other kinds and writeable blocks
+    (a copy could go stale) keep the file's blocks."""
+    W = QuantizedMatrix(kind, read_only(any_blocks(rng, kind, 32, 512)), "int8")
     X = rng.standard_normal((2, 512)).astype(np.float32)
     X64, W64 = f64(ref.round_q8(X, ref.Q8_BLOCK[kind]), W.dequantize())
     err = np.abs(backend.linear(X, W) - X64 @ W64)
@@ -477,8 +483,9 @@ def test_int8_products_read_their_packed_copy(backend, rng, kind):
     backend.linear(X, W)
     assert W.__dict__["_rows16"] is first
     for other in (dataclasses.replace(W, activations="float32"),
-                  QuantizedMatrix(kind, any_blocks(rng, kind, 40, 512), "int8"),
-                  QuantizedMatrix("Q6_K", any_blocks(rng, "Q6_K", 32, 512), "int8")):
+                  QuantizedMatrix(kind, read_only(any_blocks(rng, kind, 40, 512)), "int8"),
+                  QuantizedMatrix("Q6_K", read_only(any_blocks(rng, "Q6_K", 32, 512)), "int8"),
+                  QuantizedMatrix(kind, any_blocks(rng, kind, 32, 512), "int8")):
         assert other.rows16(pack) is None
 
 
@@ -501,8 +508,8 @@ def test_packing_releases_the_file_pages_only(tmp_path, rng):
         if buf is private:  # a change only this process's pages hold
             blocks[3, 7] ^= 0xFF
             expected[3, 7] ^= 0xFF
-        assert QuantizedMatrix("Q5_0", blocks, "int8").rows16(pack) is not None
+        assert QuantizedMatrix("Q5_0", read_only(blocks), "int8").rows16(pack) is not None
         assert (blocks == expected).all()
-    anon = raw.copy()
-    QuantizedMatrix("Q5_0", anon, "int8").rows16(pack)
+    anon = read_only(raw.copy())
+    assert QuantizedMatrix("Q5_0", anon, "int8").rows16(pack) is not None
     assert (anon == raw).all()

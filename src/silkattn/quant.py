@@ -112,11 +112,14 @@ class QuantizedMatrix:
     def rows16(self, pack):
         """(blocks, kind code) in groups of 16 rows for the int8 decoding kernels (kernels/rows16.h),
         made once by pack(blocks, code) (a backend's pack_rows16) and kept: None unless a ROWS16
-        kind of int8 activations whose rows (n) are whole groups. Where the blocks are a read-only
+        kind of int8 activations whose rows (n) are whole groups, its blocks read-only (a GGUF
+        file's tensor is: a copy of blocks that can still change would go stale, so a writeable
+        array is multiplied as it is, by the file layout's kernels). Where the blocks are a read-only
         file mapping (a GGUF file's tensor), their pages are then released: the backend's products,
         a prefill's GEMM too, read the copy, and whatever reads the blocks again has them back from
         the file, so the matrix stays in memory once."""
-        if self.kind not in ROWS16 or not self.q8 or self.blocks.shape[0] % 16 or not self.blocks.size:
+        if self.kind not in ROWS16 or not self.q8 or self.blocks.shape[0] % 16 or not self.blocks.size \
+                or self.blocks.flags.writeable:
             return None
         packed = self.__dict__.get("_rows16")
         if packed is None:
