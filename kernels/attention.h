@@ -84,11 +84,13 @@ static size_t sa_attn_scratch_bytes(const sa_attn_plan *a, size_t tsize) {
 }
 
 /* The rows path's scratch (elements): per row its scaled query, a block of scores, its
- * accumulator, max and sum; then one block of V padded to whole vectors. */
+ * accumulator, max and sum (a vector: 16 lanes at most); then one block of V padded to whole
+ * vectors; then the queries as the four-row kernel reads them (4 copies per 4 rows: dk a row). */
 #define SA_ROWS_MAX 16
 static size_t sa_attn_rows_scratch(int64_t dk, int64_t dv) {
     const size_t dvp = (size_t)(dv + SA_COL_PAD);  /* >= d_v rounded up to whole vectors */
-    return SA_ROWS_MAX * ((size_t)(dk + SA_COL_PAD) + SA_DEC_BLOCK + SA_COL_PAD + dvp + 2) + SA_DEC_BLOCK * dvp;
+    return SA_ROWS_MAX * ((size_t)(dk + SA_COL_PAD) + SA_DEC_BLOCK + SA_COL_PAD + dvp + 1 + 16) + SA_DEC_BLOCK * dvp
+           + SA_ROWS_MAX * (size_t)dk;
 }
 #endif
 

@@ -308,6 +308,79 @@ static inline __attribute__((always_inline)) void SA_FN(pv_rows)(const SA_T *res
         for (int q = 0; q < cb; q++) STORE(acc + r * lda + q * SA_VL, c[r][q]);
 }
 
+#if SA_X86 && SA_VBYTES == 64 && SA_TBYTES == 4 && defined(__AVX512F__)
+/* ---- Four rows of a group against SA_VL keys, each K load shared by the four (float, AVX-512;
+ * a group of 4 is Llama 3's and Gemma 3's). Sixteen of a key's values meet the four rows at once,
+ * lane l serving row (l / 4 + t) % 4 in copy t of the queries (qa, 4 copies of dk: copy t lane l of
+ * vector i = q_{(l/4 + t) % 4}[16 i + l]), so four FMAs per load serve four rows where a dot
+ * product per row loaded K four times. Copy t leaves row r's partial sums in 128-bit block
+ * (r - t) % 4: rotated into block r and added, a key's vector holds 4 partial sums per row; two
+ * in-block levels of shuffle-and-add make them 4 keys' scores, a 4 x 4 transpose of blocks each
+ * row's 16. 80 shuffles for 64 scores, where lane_sums per row took 120. */
+
+/* qa of rows q[0..3] (ld ldq), dk % 16 == 0: block c of copy t is block c of row (c + t) % 4 */
+static inline void SA_FN(rows4_pack)(const SA_T *q, int64_t ldq, int64_t dk, SA_T *qa) {
+    for (int64_t i = 0; i < dk; i += 16) {
+        const __m512 x[4] = {_mm512_loadu_ps(q + i), _mm512_loadu_ps(q + ldq + i), _mm512_loadu_ps(q + 2 * ldq + i),
+                             _mm512_loadu_ps(q + 3 * ldq + i)};
+        for (int t = 0; t < 4; t++) {
+            __m512 y = _mm512_mask_blend_ps(0x00f0, x[t], x[(t + 1) % 4]);
+            y = _mm512_mask_blend_ps(0x0f00, y, x[(t + 2) % 4]);
+            _mm512_storeu_ps(qa + t * dk + i, _mm512_mask_blend_ps(0xf000, y, x[(t + 3) % 4]));
+        }
+    }
+}
+/* one key (kr) against the four rows (qa, nv = dk / 16 vectors a copy): 4 partial sums per row, row r in block r */
+static inline __attribute__((always_inline)) __m512 SA_FN(rows4_key)(const SA_T *restrict kr, const SA_T *restrict qa,
+                                                                     int64_t nv) {
+    __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
+#pragma GCC unroll 16
+    for (int64_t i = 0; i < nv; i++) {
+        const __m512 x = _mm512_loadu_ps(kr + 16 * i);
+        c0 = _mm512_fmadd_ps(x, _mm512_loadu_ps(qa + 16 * i), c0);
+        c1 = _mm512_fmadd_ps(x, _mm512_loadu_ps(qa + 16 * (nv + i)), c1);
+        c2 = _mm512_fmadd_ps(x, _mm512_loadu_ps(qa + 16 * (2 * nv + i)), c2);
+        c3 = _mm512_fmadd_ps(x, _mm512_loadu_ps(qa + 16 * (3 * nv + i)), c3);
+    }
+    return _mm512_add_ps(_mm512_add_ps(c0, _mm512_shuffle_f32x4(c1, c1, 0x93)),  /* blocks moved up 1, 2, 3 */
+                         _mm512_add_ps(_mm512_shuffle_f32x4(c2, c2, 0x4e), _mm512_shuffle_f32x4(c3, c3, 0x39)));
+}
+/* keys a, b, c, d (rows4_key) -> block r: row r's scores of the 4 keys */
+static inline __attribute__((always_inline)) __m512 SA_FN(rows4_sum)(__m512 a, __m512 b, __m512 c, __m512 d) {
+    const __m512 ab = _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x88), _mm512_shuffle_ps(a, b, 0xdd));
+    const __m512 cd = _mm512_add_ps(_mm512_shuffle_ps(c, d, 0x88), _mm512_shuffle_ps(c, d, 0xdd));
+    return _mm512_add_ps(_mm512_shuffle_ps(ab, cd, 0x88), _mm512_shuffle_ps(ab, cd, 0xdd));
+}
+/* s[r][0:16] = scores of rows r < 4 (qa) against the 16 keys at k (ld ldk) */
+static inline __attribute__((always_inline)) void SA_FN(rows4_body)(const SA_T *restrict qa, const SA_T *restrict k,
+                                                                   int64_t ldk, int64_t nv, SA_T *restrict s, int64_t lds) {
+    __m512 R[4];
+#pragma GCC unroll 4
+    for (int h = 0; h < 4; h++) {
+        const SA_T *kh = k + 4 * h * ldk;
+        R[h] = SA_FN(rows4_sum)(SA_FN(rows4_key)(kh, qa, nv), SA_FN(rows4_key)(kh + ldk, qa, nv),
+                                SA_FN(rows4_key)(kh + 2 * ldk, qa, nv), SA_FN(rows4_key)(kh + 3 * ldk, qa, nv));
+    }
+    const __m512 t0 = _mm512_shuffle_f32x4(R[0], R[1], 0x88), t1 = _mm512_shuffle_f32x4(R[0], R[1], 0xdd);
+    const __m512 t2 = _mm512_shuffle_f32x4(R[2], R[3], 0x88), t3 = _mm512_shuffle_f32x4(R[2], R[3], 0xdd);
+    _mm512_storeu_ps(s, _mm512_shuffle_f32x4(t0, t2, 0x88));
+    _mm512_storeu_ps(s + lds, _mm512_shuffle_f32x4(t1, t3, 0x88));
+    _mm512_storeu_ps(s + 2 * lds, _mm512_shuffle_f32x4(t0, t2, 0xdd));
+    _mm512_storeu_ps(s + 3 * lds, _mm512_shuffle_f32x4(t1, t3, 0xdd));
+}
+/* Not inlined: inlined into the rows loop, GCC hoisted every K load of the block out of it (the
+ * same for each 4 rows) and spilled them all. */
+static __attribute__((noinline)) void SA_FN(rows4_dots)(const SA_T *qa, const SA_T *k, int64_t ldk, int64_t dk,
+                                                        SA_T *s, int64_t lds) {
+    if (dk == 64) SA_FN(rows4_body)(qa, k, ldk, 4, s, lds);
+    else if (dk == 128) SA_FN(rows4_body)(qa, k, ldk, 8, s, lds);
+    else SA_FN(rows4_body)(qa, k, ldk, dk / 16, s, lds);
+}
+#define SA_ROWS4 1
+#else
+#define SA_ROWS4 0
+#endif
+
 /* Rows per P V register block of the rows path (rb rows x 4 vectors of accumulators, within the
  * register file: 16 vector registers on AVX2, 32 with AVX-512) */
 #if SA_VBYTES == 64
@@ -359,7 +432,9 @@ static void SA_FN(sa_attn_rows_part)(const sa_attn_plan *a, const sa_chunk *c, S
     const int transform = sa_transforms(a);
     const SA_T qscale = (SA_T)(a->scale * (transform ? 1.0 : SA_LOG2E));
     SA_T *qs = scratch, *s = qs + SA_ROWS_MAX * ldq, *acc = s + SA_ROWS_MAX * lds;
-    SA_T *m = acc + SA_ROWS_MAX * (dv + SA_COL_PAD), *l = m + SA_ROWS_MAX, *vp = l + SA_ROWS_MAX;
+    /* l: each row's running sum as a vector, added up once at the chunk's end */
+    SA_T *m = acc + SA_ROWS_MAX * (dv + SA_COL_PAD), *l = m + SA_ROWS_MAX, *vp = l + SA_ROWS_MAX * 16;
+
     int64_t pos[SA_ROWS_MAX];
     int seen[SA_ROWS_MAX];
     const int64_t jend = a->chunks[g->chunk0 + g->nchunks - 1].j1;  /* the group's keys end (prefetch) */
@@ -368,9 +443,18 @@ static void SA_FN(sa_attn_rows_part)(const sa_attn_plan *a, const sa_chunk *c, S
         const SA_T *q = (const SA_T *)a->q + a->items[row->item].q + row->i * a->rs_q;
         for (int64_t d = 0; d < dk; d++) qs[r * ldq + d] = q[d] * qscale;
         for (int64_t d = 0; d < dvp; d++) acc[r * dvp + d] = 0;
-        m[r] = -INFINITY, l[r] = 0;
+        m[r] = -INFINITY;
+        STORE(l + r * SA_VL, SA_FN(splat)(0));
         pos[r] = a->items[row->item].pos + row->i;
     }
+#if SA_ROWS4
+    /* a group's rows 4 at a time (Llama 3's and Gemma 3's groups of 4; 8, 16), their queries as
+     * rows4_dots reads them past the V block */
+    SA_T *qa = vp + SA_DEC_BLOCK * dvp;
+    const int four = nrows % 4 == 0 && dk % 16 == 0;
+    if (four)
+        for (int64_t r = 0; r < nrows; r += 4) SA_FN(rows4_pack)(qs + r * ldq, ldq, dk, qa + r * dk);
+#endif
     for (int64_t k0 = c->j0; k0 < c->j1; k0 += SA_DEC_BLOCK) {
         const int64_t nb = SA_DEC_BLOCK < c->j1 - k0 ? SA_DEC_BLOCK : c->j1 - k0;
         const int64_t nbv = (nb + SA_VL - 1) / SA_VL * SA_VL;
@@ -384,6 +468,13 @@ static void SA_FN(sa_attn_rows_part)(const sa_attn_plan *a, const sa_chunk *c, S
                     for (int64_t b = 0; b < dk * (int64_t)sizeof(SA_T); b += 64) __builtin_prefetch(kr + b, 0, 2);
                     for (int64_t b = 0; b < dv * (int64_t)sizeof(SA_T); b += 64) __builtin_prefetch(vr + b, 0, 2);
                 }
+#if SA_ROWS4
+            if (four) {  /* a row that sees none of the block gets scores too, zeroed below */
+                for (int64_t r = 0; r < nrows; r += 4)
+                    SA_FN(rows4_dots)(qa + r * dk, k + (k0 + j) * rs_k, rs_k, dk, s + r * lds + j, lds);
+                continue;
+            }
+#endif
             for (int64_t r = 0; r < nrows; r++)
                 if (seen[r]) STORE(s + r * lds + j, SA_FN(dots)(qs + r * ldq, k + (k0 + j) * rs_k, rs_k, dk));
         }
@@ -433,7 +524,7 @@ static void SA_FN(sa_attn_rows_part)(const sa_attn_plan *a, const sa_chunk *c, S
                 sum += pj;
             }
             const SA_T alpha = (SA_T)exp2((double)(m[r] - mref));
-            l[r] = l[r] * alpha + SA_FN(hsum)(sum);
+            STORE(l + r * SA_VL, LOAD(l + r * SA_VL) * alpha + sum);
             if (alpha != 1) {
                 const VEC al = SA_FN(splat)(alpha);
                 for (int64_t cc = 0; cc < dvp; cc += SA_VL) STORE(acc + r * dvp + cc, LOAD(acc + r * dvp + cc) * al);
@@ -451,7 +542,7 @@ static void SA_FN(sa_attn_rows_part)(const sa_attn_plan *a, const sa_chunk *c, S
     }
     for (int64_t r = 0; r < nrows; r++) {
         SA_T *part = parts + (c->part + r) * (dv + 2);
-        part[0] = m[r], part[1] = l[r];
+        part[0] = m[r], part[1] = SA_FN(hsum)(LOAD(l + r * SA_VL));
         for (int64_t d = 0; d < dv; d++) part[2 + d] = acc[r * dvp + d];
     }
 }
@@ -488,3 +579,4 @@ static void SA_FN(sa_attn_rows_merge)(const sa_attn_plan *a, const sa_group *g, 
 #undef SA_BR
 #undef SA_ABS
 #undef SA_PV_RB
+#undef SA_ROWS4

@@ -50,6 +50,22 @@ static inline VEC SA_FN(pairsum)(VEC a, VEC b, IVEC lo, IVEC hi) {
     return __builtin_shuffle(a, b, lo) + __builtin_shuffle(a, b, hi);
 }
 static inline VEC SA_FN(lane_sums)(const VEC *v) {
+#if SA_X86 && SA_VBYTES == 64 && SA_TBYTES == 4 && defined(__AVX512F__)
+    /* the same tree (every level adds the same pairs: the same bits) in immediate shuffles, vshufps
+     * within 128-bit blocks for levels 1 and 2, vshuff32x4 across them for 3 and 4: the index-vector
+     * form cost a register copy per two-source permute (it overwrites an input) and index reloads */
+    __m512 w[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        const __m512 a = (__m512)v[4 * i], b = (__m512)v[4 * i + 1], c = (__m512)v[4 * i + 2], d = (__m512)v[4 * i + 3];
+        const __m512 ab = _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x88), _mm512_shuffle_ps(a, b, 0xdd));
+        const __m512 cd = _mm512_add_ps(_mm512_shuffle_ps(c, d, 0x88), _mm512_shuffle_ps(c, d, 0xdd));
+        w[i] = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, 0x88), _mm512_shuffle_ps(ab, cd, 0xdd));
+    }
+    const __m512 x = _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], 0x88), _mm512_shuffle_f32x4(w[0], w[1], 0xdd));
+    const __m512 y = _mm512_add_ps(_mm512_shuffle_f32x4(w[2], w[3], 0x88), _mm512_shuffle_f32x4(w[2], w[3], 0xdd));
+    return (VEC)_mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x88), _mm512_shuffle_f32x4(x, y, 0xdd));
+#else
 #define SA_PS(a, b, lo, hi) SA_FN(pairsum)(a, b, (IVEC)lo, (IVEC)hi)
 #if SA_VBYTES / SA_TBYTES == 2
     return SA_PS(v[0], v[1], SA_ARGS({0, 2}), SA_ARGS({1, 3}));
@@ -80,6 +96,7 @@ static inline VEC SA_FN(lane_sums)(const VEC *v) {
 #undef L4
 #endif
 #undef SA_PS
+#endif
 }
 
 /* x[0:n] . w[0:n]: whole vectors in one chain of FMAs, then the tail one value at a time (a lone

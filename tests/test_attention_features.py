@@ -249,6 +249,41 @@ def test_streamed_rows_path_is_bitwise_the_cached_one(any_backend, threads, rng,
         np.testing.assert_array_equal(a, b)
 
 
+# A group of a multiple of 4 query rows per K/V head, d_k a multiple of 16, runs four rows per K
+# load in the 64-byte float copy (rows4 in tmpl_attention.h); other groups and head sizes one dot
+# product per row. (g, Sq): the group's rows are g heads x Sq queries. Sk = 333: a 256-key chunk
+# edge and a tail of keys past the last 16; the window (70, 0) leaves some rows of a group no key
+# in a block the others see; every rule once, with a mask hiding a row.
+ROW_GROUPS = [(4, 1), (8, 1), (16, 1), (2, 2), (4, 4), (1, 4), (3, 1), (2, 1)]
+ROW_CALLS = {"plain": dict(), "window": dict(causal=True, window=(70, 0), q_offset=329),
+             "rules": dict(softcap=3.0, alibi=True, bias=True, mask=True, q_offset=329, causal=True)}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("call", list(ROW_CALLS))
+@pytest.mark.parametrize("dk", [16, 64, 128, 256, 40])
+@pytest.mark.parametrize("rows", ROW_GROUPS, ids=lambda r: f"g{r[0]}xq{r[1]}")
+def test_groups_of_four_rows_match_reference(any_backend, rng, rows, dk, call, dtype):
+    (g, Sq), Hkv, Sk = rows, 2, 333
+    Q, K = normal(rng, (Hkv * g, Sq, dk), dtype), normal(rng, (Hkv, Sk, dk), dtype)
+    V = normal(rng, (Hkv, Sk, 24), dtype)
+    kw, mask = dict(ROW_CALLS[call]), None
+    if kw.get("q_offset"):
+        kw["q_offset"] = Sk - Sq
+    if kw.pop("alibi", False):
+        kw["alibi_slopes"] = alibi_slopes(Hkv * g)
+    if kw.pop("bias", False):
+        kw["bias"] = normal(rng, (Hkv * g, Sq, Sk), dtype)
+    if kw.pop("mask", False):
+        mask = hide_a_row(rng.random((Hkv * g, Sq, Sk)) < 0.8)
+    assert plan_path(Q, K, V, mask, kw.get("bias"), kw.get("q_offset", 0)) == "rows"
+    out = any_backend.attention(Q, K, V, mask, **kw)
+    assert_close(out, expected(Q, K, V, mask, **kw), dtype)
+    # the same call with K/V repeated per query head: one row a group, the per-row dot products
+    Kr, Vr = np.repeat(K, g, axis=0), np.repeat(V, g, axis=0)
+    np.testing.assert_allclose(out, any_backend.attention(Q, Kr, Vr, mask, **kw), **TOL[np.dtype(dtype)])
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
 def test_gqa_with_per_head_mask_and_bias(any_backend, rng, dtype):
     """A mask and a bias with one slice per query head (not per K/V head) under GQA."""
