@@ -27,8 +27,8 @@ and the work, in one of two shapes chosen here by shape (ggml's rule: one op, th
                         keys of each group cut into chunks (CHUNK: group, keys j0 .. j1, the offset
                         of its partial results in a (sum of rows x (d_v + 2)) buffer) that the
                         threads share, then merged per group; stream: its K/V rows exceed half of
-                        the last-level cache (LLC_BYTES), so they come from memory: the kernels
-                        prefetch the next block of keys while they compute on this one.
+                        the last-level cache (LLC_BYTES), so they come from memory: the C kernel
+                        prefetches the next block's K rows while it computes on this one.
 """
 import dataclasses
 
@@ -60,7 +60,8 @@ def _llc_bytes():
 # The rows path prefetches the next block of keys when a call's K/V rows exceed half the LLC (Zen 4,
 # 1 thread, bench/revision_ab.py): a decoding step of 32 heads over 4096 keys (134 MB of K/V) took
 # 0.63x the time with it; with K/V in cache (4-8 MB) it took 1.1-1.2x (8 prefetches a key of 64
-# dimensions), hence the line.
+# dimensions), hence the line. Since 2026-12-04 it prefetches K's rows alone (4 a key): V's cost
+# 10-15% from cache and gained nothing from memory.
 LLC_BYTES = _llc_bytes()
 
 _I8 = np.int64
