@@ -183,6 +183,7 @@ def test_local_layers_keep_a_ring_of_their_window(files, on_backend):
     assert model.cache_positions(100) == [5, 5, 5, 5, 5, 100]
     assert model.cache_bytes(100) == (5 * 5 + 100) * 2 * c.h_kv * c.d_head * 4
     assert [layer.shape for layer in model.cache(100)][:2] == [(2, c.h_kv, 5, c.d_head)] * 2
+    assert all(layer.ctypes.data % 64 == 0 for layer in model.cache(100))  # rows on cache lines
     assert model.cache_bytes(3) == 6 * 3 * 2 * c.h_kv * c.d_head * 4  # shorter than the window
     prompt = [4, 9, 16, 25, 36, 49, 64, 81, 100, 121, 144]
     new = model.generate(prompt, 6, ignore_eos=True)

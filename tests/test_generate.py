@@ -6,6 +6,7 @@ import pytest
 from test_seq2seq import as_f64, small_seq2seq
 
 import silkattn
+from silkattn import _aligned
 from silkattn import reference as ref
 from silkattn.models import decoder, seq2seq
 from silkattn.models.generate import KVCache, _fused_blocks
@@ -196,6 +197,18 @@ def test_cache_is_preallocated_and_its_size_reported():
     assert cache.bytes_per_token == 2 * 512 * 4  # keys and values, per layer
     K, V = cache[3]
     assert K.shape == V.shape == (320, 512) and np.shares_memory(K, cache.data)
+    assert K.ctypes.data % 64 == V.ctypes.data % 64 == 0  # rows start on cache lines (_aligned)
+
+
+@pytest.mark.parametrize("shape", [(0,), (1,), (3, 5), (2, 8, 4096, 64), (7, 1, 3)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int8])
+def test_aligned_arrays_start_on_a_cache_line(shape, dtype):
+    arrays = [_aligned.empty(shape, dtype) for _ in range(4)]  # numpy alone gives 16 bytes
+    for a in arrays:
+        assert a.shape == shape and a.dtype == dtype and a.flags.c_contiguous and a.flags.writeable
+        assert a.size == 0 or a.ctypes.data % 64 == 0  # an empty array has no first element
+    arrays[0][...] = 1  # the whole array is writable memory of its own
+    assert all(not np.shares_memory(arrays[0], b) for b in arrays[1:])
 
 
 @pytest.mark.parametrize("kwargs, error, text", [

@@ -10,8 +10,8 @@ tokens on every backend.
 """
 import numpy as np
 
+from .. import _aligned, ops
 from .. import _checks as check
-from .. import ops
 from .. import reference as ref
 from . import decoder, seq2seq
 from .config import DecoderConfig, Seq2SeqConfig
@@ -23,7 +23,7 @@ class KVCache:
     heads side by side (as the projections produce them: a head reads its d_k columns)."""
 
     def __init__(self, n_layers, capacity, d, dtype):
-        self.data = np.empty((n_layers, 2, capacity, d), dtype)
+        self.data = _aligned.empty((n_layers, 2, capacity, d), dtype)
 
     def __getitem__(self, layer):  # (K, V) of one layer, each (capacity, d)
         return self.data[layer, 0], self.data[layer, 1]

@@ -27,8 +27,8 @@ import time
 
 import numpy as np
 
+from .. import _aligned, ops, quant
 from .. import _checks as check
-from .. import ops, quant
 from .. import reference as ref
 from . import gguf
 from .family import FamilyConfig
@@ -162,8 +162,8 @@ class Llama:
         c = self.config
         sizes = self.cache_positions(capacity)
         if len(set(sizes)) == 1:
-            return np.empty((c.n_layers, 2, c.h_kv, capacity, c.d_head), np.float32)
-        return [np.empty((2, c.h_kv, n, c.d_head), np.float32) for n in sizes]
+            return _aligned.empty((c.n_layers, 2, c.h_kv, capacity, c.d_head), np.float32)
+        return [_aligned.empty((2, c.h_kv, n, c.d_head), np.float32) for n in sizes]
 
     def cache_positions(self, capacity):  # -> [positions a layer's cache holds]
         c = self.config
