@@ -158,6 +158,14 @@ def linear_cases():
                           lambda: _blocks(pkg, np.random.default_rng(1), kind, n, x.shape[1], "int8"))
                 return getattr(pkg, be).linear(x, W)
             cases.append((f"linear {kind} int8 {len(x)}x{x.shape[1]} -> {n}", be, f))
+        # many rows with int8 activations: the integer GEMM (a prefill's products; the int8 sentence
+        # encoder's, MiniLM's 384 -> 1536 on 512 tokens)
+        for kind, n, x in (("Q8_0", 1536, r(512, 384)), ("Q4_1", 1536, r(256, 576))):
+            def f(pkg, be=be, kind=kind, n=n, x=x):
+                W = _memo(pkg, ("W", kind, n, x.shape[1], "int8"),
+                          lambda: _blocks(pkg, np.random.default_rng(1), kind, n, x.shape[1], "int8"))
+                return getattr(pkg, be).linear(x, W)
+            cases.append((f"linear {kind} int8 {len(x)}x{x.shape[1]} -> {n}", be, f))
     return cases
 
 

@@ -21,10 +21,41 @@
 #define SA_GQ8_MR 6   /* rows of x a micro-tile: 4 MR accumulators of 32 registers */
 #endif
 
-/* a (m, k) u8 = q + 128, d and xs (m, k / 32) of round_q8(x, block) */
+/* a (m, k) u8 = q + 128, d and xs (m, k / 32) of round_q8(x, block). The float copy 16 values a
+ * step: the same max, products and rounding (cvtps2dq rounds to nearest even, as rintf), so the
+ * same bytes, NaN blocks' too (q of NaN: the integer indefinite 0x80000000, byte 128). */
 static void SA_FN(sa_gq8_pack_a)(const SA_T *x, int64_t m, int64_t k, int block, uint8_t *a, SA_T *d,
                                  SA_T *xs) {
     const int64_t ng = k / 32;
+#if SA_TBYTES == 4
+    const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    const __m512 top = _mm512_set1_ps(3.40282347e38f);
+    const __m512i c128 = _mm512_set1_epi32(128);
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t b0 = 0; b0 < k; b0 += block) {
+            const float *v = x + r * k + b0;
+            __m512 amax = _mm512_setzero_ps();
+            __mmask16 nan = 0;
+            for (int t = 0; t < block; t += 16) {
+                const __m512 u = _mm512_and_ps(_mm512_loadu_ps(v + t), abs_mask);
+                nan |= _mm512_cmp_ps_mask(u, top, _CMP_NLE_UQ);  /* !(u <= top): NaN or inf */
+                amax = _mm512_max_ps(u, amax);                    /* a NaN u leaves amax */
+            }
+            const float am = _mm512_reduce_max_ps(amax);
+            const float inv = nan || am == 0 ? 0 : 127.0f / am, dx = nan ? NAN : am / 127.0f;
+            const __m512 iv = _mm512_set1_ps(inv);
+            for (int g = 0; g < block / 32; g++) {
+                const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(v + 32 * g), iv));
+                const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(v + 32 * g + 16), iv));
+                uint8_t *o = a + r * k + b0 + 32 * g;
+                _mm_storeu_si128((__m128i *)o, _mm512_cvtepi32_epi8(_mm512_add_epi32(q0, c128)));
+                _mm_storeu_si128((__m128i *)(o + 16), _mm512_cvtepi32_epi8(_mm512_add_epi32(q1, c128)));
+                const int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+                d[r * ng + b0 / 32 + g] = dx;
+                xs[r * ng + b0 / 32 + g] = dx * (SA_T)sum;
+            }
+        }
+#else
     for (int64_t r = 0; r < m; r++)
         for (int64_t b0 = 0; b0 < k; b0 += block) {
             const SA_T *v = x + r * k + b0;
@@ -47,6 +78,7 @@ static void SA_FN(sa_gq8_pack_a)(const SA_T *x, int64_t m, int64_t k, int block,
                 xs[r * ng + b0 / 32 + g] = dx * (SA_T)sum;
             }
         }
+#endif
 }
 
 /* The signed bytes v of W's row (k weights at p, kind), its scales s per group of G and offsets m
