@@ -227,6 +227,39 @@ def test_dequantize_matches_gguf_bit_for_bit(rng, kind):
     np.testing.assert_array_equal(ours.view(np.uint32), np.asarray(theirs, np.float32).view(np.uint32))
 
 
+@pytest.mark.parametrize("scale", [1.0, 1e-4, 3e4])
+def test_quantize_q8_0_matches_gguf_bit_for_bit(rng, scale):
+    """reference.quantize_q8_0 writes the gguf package's (llama.cpp's) Q8_0 bytes: random blocks,
+    a block of zeros, one of -0.0, exact halves (round half away from zero: 2.5 -> 3, -3.5 -> -4)."""
+    gguf = pytest.importorskip("gguf")
+    w = (rng.standard_normal((23, 8 * 32)) * scale).astype(np.float32)
+    w[0, :32], w[1, :32] = 0, -0.0
+    w[2, :32] = np.linspace(-127, 127, 32).round() + np.where(np.arange(32) % 2, 0.5, -0.5)
+    w[2, 0] = 127  # d = 1: the halves stay halves
+    ours = ref.quantize_q8_0(w)
+    np.testing.assert_array_equal(ours, gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q8_0))
+    assert ref.dequantize(ours[:1], "Q8_0")[0, :32].tolist() == [0.0] * 32
+    back = ref.dequantize(ours, "Q8_0")
+    assert np.abs(back - w).max() <= np.abs(w).max() / 127  # within half a step of fp16(d) and rounding
+
+
+def test_quantized_matrix_from_float(rng):
+    W = rng.standard_normal((96, 10)).astype(np.float32)  # (k, n): X W
+    Q = QuantizedMatrix.from_float(W)
+    assert Q.kind == "Q8_0" and Q.shape == (96, 10) and Q.q8
+    np.testing.assert_array_equal(Q.blocks, ref.quantize_q8_0(W.T))
+    assert np.abs(Q.dequantize() - W).max() <= np.abs(W).max(0).max() / 127
+    assert not QuantizedMatrix.from_float(W, "float32").q8
+    with pytest.raises(ValueError, match=r"Wo must be a non-empty \(k, n\) matrix with k a multiple of 32"):
+        QuantizedMatrix.from_float(W[:40], name="Wo")
+    with pytest.raises(ValueError, match="W holds a NaN or an infinity"):
+        QuantizedMatrix.from_float(np.where(W > 2, np.inf, W))
+    with pytest.raises(TypeError, match="W must be a float numpy.ndarray, got int64"):
+        QuantizedMatrix.from_float(W.astype(np.int64))
+    with pytest.raises(ValueError, match="activations must be one of"):
+        QuantizedMatrix.from_float(W, "int4")
+
+
 def test_the_kernel_runs_for_a_few_float32_rows_only(backend, rng):
     """The compiled backends' linear_q sees each call of 1 .. LINEAR_ROWS float32 rows, the blocks
     themselves (no copy); more rows or float64 take numpy's matmul."""

@@ -73,6 +73,22 @@ class QuantizedMatrix:
         for a tensor t of the gguf package's reader."""
         return cls(kind, blocks, activations)
 
+    @classmethod
+    def from_float(cls, W, activations="int8", *, name="W"):
+        """A float (k, n) matrix W (silkattn's layout: X W) quantized to Q8_0 blocks, 32 weights of a
+        column a block (reference.quantize_q8_0, as llama.cpp writes them): a model's own matrices
+        multiplied as 8-bit integers (activations "int8": the integer GEMM). k must be a multiple
+        of 32 and W finite; `name` names W in the errors."""
+        if not isinstance(W, np.ndarray) or W.dtype.kind != "f":
+            raise TypeError(f"{name} must be a float numpy.ndarray, got "
+                            f"{W.dtype if isinstance(W, np.ndarray) else type(W).__name__}")
+        if W.ndim != 2 or W.shape[0] % 32 or not W.size:
+            raise ValueError(f"{name} must be a non-empty (k, n) matrix with k a multiple of 32 (Q8_0 blocks "
+                             f"of 32 weights), got shape {W.shape}")
+        if not np.isfinite(W).all():
+            raise ValueError(f"{name} holds a NaN or an infinity: it has no 8-bit scale")
+        return cls("Q8_0", ref.quantize_q8_0(W.T), activations)
+
     @property
     def block_bytes(self):
         return ref.QUANT_BLOCKS[self.kind][1]

@@ -458,6 +458,18 @@ def dequantize(blocks, kind):  # blocks: uint8 (rows, nblocks * bytes) -> float3
     return w.reshape(rows, 32 * nblocks)
 
 
+def quantize_q8_0(w):  # w: float (rows, 32 nblocks) -> uint8 (rows, 34 nblocks), Q8_0 blocks
+    """w as Q8_0 blocks (dequantize's first layout), as llama.cpp writes them: per 32 weights
+    d = max |w| / 127 and q = round(w / d) half away from zero (q = 0 where d = 0), computed in
+    float32, d then stored as fp16 (so dequantize gives fp16(d) q). Finite w only."""
+    b = np.asarray(w, np.float32).reshape(len(w), -1, 32)
+    d = np.abs(b).max(-1, keepdims=True) / np.float32(127)
+    v = b * np.where(d == 0, np.float32(0), np.float32(1) / np.where(d == 0, np.float32(1), d))
+    q = (np.sign(v) * np.floor(np.abs(v) + np.float32(0.5))).astype(np.int8)
+    out = np.concatenate([d.astype("<f2").view(np.uint8), q.view(np.uint8)], axis=-1)
+    return out.reshape(len(w), -1)
+
+
 def _nibbles(b):  # (..., n) bytes -> (..., 2n): the n low nibbles, then the n high ones
     return np.concatenate([b & 15, b >> 4], axis=-1)
 
