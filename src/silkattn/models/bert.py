@@ -12,6 +12,7 @@ feed-forward run on the real tokens only and attention runs per sequence over it
 (ops.attention_varlen). Sentences are sorted by token count across batches (similar lengths
 together), and the results come back in the caller's order. The layers are post-norm: the residual
 add is fused with its layer norm, and GELU with its bias add (ops.add_layer_norm, ops.bias_gelu).
+load(path, weights="int8") multiplies 8-bit projections by 8-bit activations (the integer GEMM).
 """
 import dataclasses
 import json
@@ -22,9 +23,14 @@ import numpy as np
 from .. import _checks as check
 from .. import ops
 from .. import reference as ref
+from ..quant import QuantizedMatrix
 from .layers import fused_qkv, merge_heads, split_heads
 
 FILES = ("config.json", "model.safetensors", "tokenizer.json")
+# what load(weights=...) keeps the projections as: the checkpoint's float32, or 8-bit integers (Q8_0
+# blocks, a scale per 32 weights of a column, multiplied by activations rounded to 8 bits per 32
+# values: the integer GEMM), norms, biases, embeddings and attention staying float32
+WEIGHTS = ("float32", "int8")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,18 +130,39 @@ def _params(path, config):
     return P
 
 
-class SentenceEncoder:
-    """A loaded BERT-family sentence-transformers model: encode() as sentence-transformers' encode."""
+def _int8(P):
+    """P with every projection matrix as a QuantizedMatrix of Q8_0 blocks and int8 activations (the
+    float32 matrices dropped): what load(weights="int8") runs."""
+    def q(W, name):
+        return QuantizedMatrix.from_float(W, "int8", name=name)
 
-    def __init__(self, config, P, tokenizer):
-        self.config, self.P, self.tokenizer = config, P, tokenizer
+    layers = []
+    for i, p in enumerate(P["layers"]):
+        attn = tuple(q(a, f"layer {i}'s attention weight {j // 2}") if j % 2 == 0 else a
+                     for j, a in enumerate(p["attn"]))
+        W1, b1, W2, b2 = p["ffn"]
+        layers.append(dict(p, attn=attn, ffn=(q(W1, f"layer {i}'s W1"), b1, q(W2, f"layer {i}'s W2"), b2)))
+    return dict(P, layers=layers)
+
+
+class SentenceEncoder:
+    """A loaded BERT-family sentence-transformers model: encode() as sentence-transformers' encode.
+    weights: "float32", or "int8" when P's projections are QuantizedMatrix objects (load's)."""
+
+    def __init__(self, config, P, tokenizer, weights="float32"):
+        self.config, self.P, self.tokenizer, self.weights = config, P, tokenizer, weights
         self._proj = [self._projections(*p["attn"]) for p in P["layers"]]
 
     @staticmethod
     def _projections(Wq, bq, Wk, bk, Wv, bv, Wo, bo):
         """A layer's attention weights as the forward pass runs them: Q, K and V in one projection
-        (in, 3 d) with one bias (a single GEMM per layer), then the output projection."""
-        return fused_qkv(Wq, Wk, Wv), np.concatenate([bq, bk, bv]), Wo, bo
+        (in, 3 d) with one bias (a single GEMM per layer), then the output projection. Q8_0 blocks
+        are a column's own, so Q|K|V's are the three matrices' blocks one after the other."""
+        if isinstance(Wq, QuantizedMatrix):
+            Wqkv = QuantizedMatrix("Q8_0", np.concatenate([Wq.blocks, Wk.blocks, Wv.blocks]), Wq.activations)
+        else:
+            Wqkv = fused_qkv(Wq, Wk, Wv)
+        return Wqkv, np.concatenate([bq, bk, bv]), Wo, bo
 
     def tokenize(self, sentences):
         """Each sentence's token ids ([CLS] ... [SEP], at most max_seq_length), as int64 arrays."""
@@ -221,9 +248,19 @@ def _progress(batches, show, n, batch_size):
     return report()
 
 
-def load(path):
+def load(path, weights="float32"):
     """The sentence-transformers model in directory `path` (config.json, model.safetensors,
-    tokenizer.json, 1_Pooling/config.json, modules.json, sentence_bert_config.json)."""
+    tokenizer.json, 1_Pooling/config.json, modules.json, sentence_bert_config.json).
+
+    weights="int8": every projection quantized once, here, to 8 bits (Q8_0 blocks: a scale per 32
+    weights of an output column) and multiplied as integers by activations rounded to 8 bits per 32
+    values (reference.round_q8; the integer GEMM where the CPU has AVX-512 VNNI), the attention,
+    norms, GELU and embeddings in float32. all-MiniLM-L6-v2's embeddings then keep a cosine above
+    0.999 to the float32 ones (docs/models.md); the hidden size and d_ff must be multiples of 32."""
+    if not isinstance(weights, str):
+        raise TypeError(f"weights must be a str, one of {', '.join(WEIGHTS)}, got {type(weights).__name__}")
+    if weights not in WEIGHTS:
+        raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
     path = os.fspath(path)
     if not os.path.isdir(path):
         raise FileNotFoundError(f"{path} is not a directory")
@@ -237,7 +274,8 @@ def load(path):
     tokenizer = Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
     tokenizer.no_padding()  # the file's own fixed padding would compute padding
     tokenizer.enable_truncation(max_length=config.max_seq_length)  # sentence-transformers' truncation
-    return SentenceEncoder(config, _params(path, config), tokenizer)
+    P = _params(path, config)
+    return SentenceEncoder(config, _int8(P) if weights == "int8" else P, tokenizer, weights)
 
 
 def default_path():
