@@ -138,7 +138,8 @@ def _int8(P):
 
     layers = []
     for i, p in enumerate(P["layers"]):
-        attn = tuple(q(a, f"layer {i}'s attention weight {j // 2}") if j % 2 == 0 else a
+        names = ("query", "key", "value", "attention output")  # p["attn"]: (W, b) of each
+        attn = tuple(q(a, f"layer {i}'s {names[j // 2]} weight") if j % 2 == 0 else a
                      for j, a in enumerate(p["attn"]))
         W1, b1, W2, b2 = p["ffn"]
         layers.append(dict(p, attn=attn, ffn=(q(W1, f"layer {i}'s W1"), b1, q(W2, f"layer {i}'s W2"), b2)))
