@@ -45,8 +45,17 @@ def run_case(benchmark, contender, case):
     call = specs.build("silkattn" if contender in OURS else contender, case)
     if call is None:
         pytest.skip(f"{contender} has no {case['op']} call")
-    expected = specs.build("numpy", dict(case, dtype="float64")).run()
-    assert_matches(call.result(call.run()), expected, case["dtype"])
+    reference = specs.build("numpy", dict(case, dtype="float64"))
+    if reference is None:  # int8 weights: no reference call; near the float32 weights' embeddings
+        assert case.get("weights") == "int8"
+        expected = specs.build("numpy", dict(case, dtype="float64", weights="float32")).run()
+        out = call.result(call.run())
+        # unit rows: the cosine; silkattn's own bound is tests/test_bert.py's, onnxruntime's int8
+        # export reaches 0.986 on this batch (docs/benchmarks.md)
+        bound = 0.998 if contender in OURS else 0.98
+        assert out.shape == expected.shape and (out * expected).sum(-1).min() >= bound
+    else:
+        assert_matches(call.result(call.run()), reference.run(), case["dtype"])
     benchmark.group = specs.case_name(case)
     benchmark.extra_info.update(threads=THREADS, contender=contender)
     benchmark.pedantic(call.run, warmup_rounds=2, rounds=10 if contender != "numpy" else 3, iterations=1)
