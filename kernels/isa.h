@@ -51,11 +51,16 @@ static inline int sa_cpu_has_avx512(void) {
 #endif
 }
 
-/* AVX-512 VNNI (vpdpbusd), for the int8 products' copy (instances.h: SA_VNNI_COPY); asked once. */
+/* AVX-512 VNNI (vpdpbusd), for the int8 products' copy (instances.h: SA_VNNI_COPY); asked once.
+ * SILKATTN_VNNI=0 says no, so that the avx512 copy's own int8 code (vpmaddwd, vpmaddubsw) can be
+ * tested on a VNNI CPU (tests/test_portable.py). */
 static inline int sa_cpu_has_vnni(void) {
 #if defined(__x86_64__) || defined(__i386__)
     static int has = -1;  /* threads racing here all store the same answer */
-    if (has < 0) has = sa_cpu_has_avx512() && __builtin_cpu_supports("avx512vnni");
+    if (has < 0) {
+        const char *off = getenv("SILKATTN_VNNI");
+        has = sa_cpu_has_avx512() && __builtin_cpu_supports("avx512vnni") && !(off && strcmp(off, "0") == 0);
+    }
     return has;
 #else
     return 0;

@@ -13,11 +13,12 @@ import silkattn.cython
 HERE = os.path.dirname(os.path.abspath(__file__))
 KERNEL_SUITE = ["test_attention.py", "test_attention_varlen.py", "test_softmax.py", "test_layer_norm.py",
                 "test_linear.py", "test_bias_gelu.py", "test_bias_relu.py", "test_add_layer_norm.py",
-                "test_rms_norm.py", "test_rope.py", "test_silu_mul.py", "test_linear_q.py"]
+                "test_rms_norm.py", "test_rope.py", "test_silu_mul.py", "test_linear_q.py",
+                "test_matmul_int8.py"]
 
 
-def run(code_or_args, isa):
-    env = dict(os.environ, SILKATTN_ISA=isa)
+def run(code_or_args, isa, **env):
+    env = dict(os.environ, SILKATTN_ISA=isa, **env)
     return subprocess.run([sys.executable, *code_or_args], env=env, capture_output=True, text=True, cwd=HERE)
 
 
@@ -43,6 +44,20 @@ def test_every_copy_passes_the_kernel_suite(isa):
     if isa in ("avx2", "avx2x64") and silkattn.cython.ISA == "generic":
         pytest.skip("this CPU has no AVX2")
     proc = run(["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-k", "cython", *KERNEL_SUITE], isa)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout and "failed" not in proc.stdout
+
+
+def test_avx512_without_vnni_passes_the_int8_suite():
+    """On a CPU with AVX-512 VNNI the int8 products run their avx512vnni copy; SILKATTN_VNNI=0 sends
+    them to the avx512 copy's own integer code (vpmaddwd, vpmaddubsw), which CPUs with AVX-512 and no
+    VNNI (Skylake-X) run: the same suites, through it."""
+    if not has_avx512():
+        pytest.skip("this CPU has no AVX-512 (F, DQ, VL, BW)")
+    probe = "from silkattn._cy import matmul_int8 as m; print(m.INSTRUCTION)"
+    assert run(["-c", probe], "avx512", SILKATTN_VNNI="0").stdout.strip() == "vpmaddwd"
+    proc = run(["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-k", "cython", "test_linear_q.py",
+                "test_matmul_int8.py", "test_layer_step.py"], "avx512", SILKATTN_VNNI="0")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout and "failed" not in proc.stdout
 

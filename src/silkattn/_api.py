@@ -42,6 +42,8 @@ result array they may write. The kernel contract (the same for every backend):
     gemm_q8(x, blocks, kind, out, num_threads)           out = round_q8(x, Q8_BLOCK) W for many rows, as
                                                          integer products; returns False (nothing done)
                                                          where the CPU cannot (optional: AVX-512 VNNI)
+    matmul_int8(A, B, out, num_threads)                 out (m, n) int32 = A (m, k) B (k, n) for int8 A, B,
+                                                         exact: 1 <= k <= INT8_MAX_K; all C-contiguous
     layer_step(step, x, pos, num_threads)                one token through one decoder layer, in place on
                                                          its residual row x (d,) float32 at position pos
                                                          < step.capacity: step is a silkattn._step.LayerStep
@@ -855,6 +857,39 @@ def check_out_elementwise(out, shape, dtype, inputs):
     others = [a for a in inputs if not _same_view(out, a)]
     if any(np.may_share_memory(out, a) and np.shares_memory(out, a) for a in others):
         raise ValueError("out must not overlap an input array")
+    return out
+
+
+# ---------------------------------------------------------------- matmul_int8
+
+INT8_MAX_K = (2 ** 31 - 1) // (128 * 128)  # the depth up to which no sum of int8 products leaves int32
+
+
+def _as_int8(x, name):
+    x = np.asarray(x)
+    if x.dtype != np.int8:
+        raise TypeError(f"{name} must be an int8 array, got dtype {x.dtype}")
+    return x
+
+
+def matmul_int8(kernels, A, B, *, out=None):
+    A, B = _as_int8(A, "A"), _as_int8(B, "B")
+    if A.ndim == 0:
+        raise ValueError("A must have at least one dimension (..., k)")
+    k = A.shape[-1]
+    if B.ndim != 2 or B.shape[0] != k:
+        raise ValueError(f"B must have shape ({k}, n) (A's last axis is {k}), got {B.shape}")
+    if k > INT8_MAX_K:
+        raise ValueError(f"A's last axis (the depth) is {k}: over {INT8_MAX_K}, a sum of int8 products "
+                         "can leave int32")
+    n = B.shape[1]
+    out = check_out(out, A.shape[:-1] + (n,), np.int32, [A, B])
+    rows = A.size // k if k else math.prod(A.shape[:-1])
+    if kernels.matmul_int8 is None or not (rows and n and k):
+        np.copyto(out, ref.matmul_int8(A, B))
+        return out
+    kernels.matmul_int8(np.ascontiguousarray(A).reshape(rows, k), np.ascontiguousarray(B),
+                        out.reshape(rows, n), threads_for(rows * k * n, GEMM_WORK))
     return out
 
 

@@ -48,6 +48,7 @@ class Kernels:
     gemm: Kernel = None             # x W for many rows on silkattn's team: a BLAS sgemm a thread (_blas)
     gemm_q: Kernel = None           # the same with W as GGUF blocks, dequantized a panel a thread
     gemm_q8: Kernel = None          # the same with int8 activations as integer products (AVX-512 VNNI)
+    matmul_int8: Kernel = None      # int8 A (m, k) B (k, n) summed exactly in int32 (the integer GEMM)
     pack_rows16: Kernel = None      # Q4_K / Q5_0 blocks in groups of 16 rows for linear_qx's and layer_step's
     #                                 int8 products (quant.ROWS16), where this CPU's copy runs them (VNNI)
     layer_step: Kernel = None       # one decoder layer for one token from its record (silkattn._step)

@@ -2,7 +2,7 @@
 
 Exports its Kernels record and the ops of silkattn.ops run on it alone: silkattn.cython.attention,
 softmax, layer_norm, attention_varlen, linear, bias_relu, bias_gelu, add_layer_norm, rms_norm,
-add_rms_norm, rope, silu_mul.
+add_rms_norm, rope, silu_mul, matmul_int8.
 """
 from . import ops
 from ._backends import Kernels, TileGeometry
@@ -12,6 +12,7 @@ from ._cy import layer_norm as _layer_norm
 from ._cy import layer_step as _layer_step
 from ._cy import linear as _linear
 from ._cy import linear_q as _linear_q
+from ._cy import matmul_int8 as _matmul_int8
 from ._cy import rms_norm as _rms_norm
 from ._cy import rope as _rope
 from ._cy import silu_mul as _silu_mul
@@ -29,7 +30,7 @@ KERNELS = Kernels("cython", softmax=_softmax.softmax, layer_norm=_layer_norm.lay
                   add_rms_norm=_rms_norm.add_rms_norm, rope=_rope.rope, silu_mul=_silu_mul.silu_mul,
                   gelu_tanh_mul=_silu_mul.gelu_tanh_mul,
                   dequantize=_linear_q.dequantize, gemm=_linear.gemm, gemm_q=_linear_q.gemm_q,
-                  gemm_q8=_linear_q.gemm_q8,
+                  gemm_q8=_linear_q.gemm_q8, matmul_int8=_matmul_int8.matmul_int8,
                   pack_rows16=_linear_q.pack_rows16 if _linear_q.rows16_usable() else None,
                   layer_step=_layer_step.layer_step, isa=ISA, openmp=OPENMP)
 

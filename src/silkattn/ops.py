@@ -61,6 +61,13 @@ def linear(X, W, b=None, *, out=None):
     return _api.linear(_backends.kernels(), X, W, b, out=out)
 
 
+def matmul_int8(A, B, *, out=None):
+    """A B for int8 A (..., k) and B (k, n), summed exactly in int32 (as reference.matmul_int8): the
+    integer GEMM (vpdpbusd on AVX-512 VNNI, vpmaddwd on AVX2 and AVX-512). k <= 131071, the depth up
+    to which no such sum can leave int32 (a ValueError beyond)."""
+    return _api.matmul_int8(_backends.kernels(), A, B, out=out)
+
+
 def bias_relu(x, b, *, out=None):
     """max(x + b, 0), b broadcast along the last axis; out may be x itself (in place)."""
     return _api.bias_relu(_backends.kernels(), x, b, out=out)
@@ -158,9 +165,9 @@ def layer_step(step, x, pos):
     return _api.layer_step(_backends.kernels(), step, x, pos)
 
 
-OPS = ("softmax", "layer_norm", "attention", "attention_varlen", "linear", "bias_relu", "bias_gelu",
-       "add_layer_norm", "rms_norm", "add_rms_norm", "rope", "silu_mul", "gelu_tanh_mul", "gate_mul",
-       "layer_step")
+OPS = ("softmax", "layer_norm", "attention", "attention_varlen", "linear", "matmul_int8", "bias_relu",
+       "bias_gelu", "add_layer_norm", "rms_norm", "add_rms_norm", "rope", "silu_mul", "gelu_tanh_mul",
+       "gate_mul", "layer_step")
 
 
 def bind(kernels):

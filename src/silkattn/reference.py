@@ -537,6 +537,12 @@ def round_q8(x, block=32):  # x: (..., block nblocks) -> the same shape and dtyp
     return (np.rint(blocks * inv) * (a / x.dtype.type(127))).reshape(x.shape)
 
 
+def matmul_int8(A, B):  # A: int8 (..., m, k); B: int8 (k, n) -> int32 (..., m, n)
+    """A B summed exactly in integers: the integer GEMM's oracle (each sum fits int32 while k <=
+    (2^31 - 1) // 128^2, silkattn.ops.matmul_int8's limit)."""
+    return (A.astype(np.int64) @ B.astype(np.int64)).astype(np.int32)
+
+
 class RoundsQ8:  # W whose products round their rows first: X @ RoundsQ8(W) = round_q8(X, block) @ W
     """A matrix that multiplies as a QuantizedMatrix with activations "int8" does (block: Q8_BLOCK of
     its type): reference.llama on params holding these instead of float matrices is the int8 path's

@@ -3,10 +3,10 @@ without a C toolchain.
 
 Exports its Kernels record and the ops of silkattn.ops run on it alone: silkattn.numba.attention,
 softmax, layer_norm and the rest of silkattn.ops (add_layer_norm runs its NumPy fallback here). The
-kernels are in softmax.py, layer_norm.py, attention.py, linear.py, linear_q.py, feed_forward.py,
-rms_norm.py, rope.py, silu_mul.py and layer_step.py, their SIMD layer in _simd.py, how they are
-compiled and cached in _jit.py, the kernel-contract entry points (packing, scheduling, workspace)
-in driver.py.
+kernels are in softmax.py, layer_norm.py, attention.py, linear.py, linear_q.py, matmul_int8.py,
+feed_forward.py, rms_norm.py, rope.py, silu_mul.py and layer_step.py, their SIMD layer in _simd.py,
+how they are compiled and cached in _jit.py, the kernel-contract entry points (packing, scheduling,
+workspace) in driver.py.
 """
 from .. import ops
 from .._backends import Kernels, TileGeometry
@@ -37,7 +37,7 @@ KERNELS = Kernels("numba", softmax=driver.softmax, layer_norm=driver.layer_norm,
                   add_rms_norm=driver.add_rms_norm,
                   rope=driver.rope, silu_mul=driver.silu_mul, gelu_tanh_mul=driver.gelu_tanh_mul,
                   dequantize=driver.dequantize, gemm=driver.gemm,
-                  gemm_q=driver.gemm_q,
+                  gemm_q=driver.gemm_q, matmul_int8=driver.matmul_int8,
                   layer_step=driver.layer_step,
                   isa=f"{_simd.VBYTES * 8}-bit (llvm)")
 

@@ -17,6 +17,7 @@ from . import layer_norm as _layer_norm
 from . import layer_step as _layer_step
 from . import linear as _linear
 from . import linear_q as _linear_q
+from . import matmul_int8 as _matmul_int8
 from . import rms_norm as _rms_norm
 from . import rope as _rope
 from . import silu_mul as _silu_mul
@@ -299,6 +300,18 @@ def _fits(kind, k, ldw):
         return False
     weights = _linear_q.BLOCK_WEIGHTS[kind]
     return k > 0 and k % weights == 0 and ldw == k // weights * _BYTES[kind]
+
+
+def matmul_int8(A, B, out, num_threads):
+    """The kernel contract's matmul_int8: out (m, n) int32 = A (m, k) B (k, n), int8, exactly."""
+    if not all(type(v) is np.ndarray and v.ndim == 2 and v.flags.c_contiguous for v in (A, B, out)) \
+            or A.dtype != np.int8 or B.dtype != np.int8 or out.dtype != np.int32 or not out.flags.writeable:
+        raise ValueError("matmul_int8: A, B must be C-contiguous 2-D int8 arrays, out a writable int32 one")
+    (m, k), n = A.shape, B.shape[1]
+    if B.shape[0] != k or out.shape != (m, n):
+        raise ValueError(f"matmul_int8: A {A.shape}, B {B.shape}, out {out.shape} do not fit")
+    if m and n:
+        _matmul_int8.matmul_int8(_read_only(A), _read_only(B), out, _use_threads(num_threads))
 
 
 def _check_arrays(op, read, written):
