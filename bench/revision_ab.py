@@ -128,13 +128,17 @@ def kernel_cases():
     return cases
 
 
-def _blocks(pkg, rng, kind, n, k, activations="float32"):
+def _blocks(pkg, rng, kind, n, k, activations="float32", read_only=False):
+    """Random blocks with finite scales; read_only as a GGUF file's (the cython backend then makes
+    its 16-row layouts of Q4_K and Q5_0 for the int8 products)."""
     weights, nbytes = pkg.reference.QUANT_BLOCKS[kind]
     b = rng.integers(0, 256, (n, k // weights, nbytes), dtype=np.uint8)
     half = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)
     for at in {"Q6_K": (208,), "Q4_K": (0, 2), "Q5_K": (0, 2)}.get(kind, (0,)):  # finite scales
         b[:, :, at:at + 2] = half
-    return pkg.quant.QuantizedMatrix(kind, b.reshape(n, -1), activations)
+    b = b.reshape(n, -1)
+    b.flags.writeable = not read_only
+    return pkg.quant.QuantizedMatrix(kind, b, activations)
 
 
 def linear_cases():
@@ -159,13 +163,17 @@ def linear_cases():
                 return getattr(pkg, be).linear(x, W)
             cases.append((f"linear {kind} int8 {len(x)}x{x.shape[1]} -> {n}", be, f))
         # many rows with int8 activations: the integer GEMM (a prefill's products; the int8 sentence
-        # encoder's, MiniLM's 384 -> 1536 on 512 tokens)
-        for kind, n, x in (("Q8_0", 1536, r(512, 384)), ("Q4_1", 1536, r(256, 576))):
-            def f(pkg, be=be, kind=kind, n=n, x=x):
-                W = _memo(pkg, ("W", kind, n, x.shape[1], "int8"),
-                          lambda: _blocks(pkg, np.random.default_rng(1), kind, n, x.shape[1], "int8"))
+        # encoder's, MiniLM's 384 -> 1536 on 512 tokens); read-only blocks as a file's: Q4_K and Q5_0
+        # through their 16-row layouts (the 1.1B model's gate, Gemma 3's), Q6_K's long rows (down)
+        for kind, n, x, ro in (("Q8_0", 1536, r(512, 384), False), ("Q4_1", 1536, r(256, 576), False),
+                               ("Q4_K", 2048, r(256, 2048), True), ("Q4_K", 2048, r(256, 2048), False),
+                               ("Q6_K", 2048, r(256, 8192), True), ("Q5_0", 2048, r(256, 640), True)):
+            def f(pkg, be=be, kind=kind, n=n, x=x, ro=ro):
+                W = _memo(pkg, ("W", kind, n, x.shape[1], "int8", ro),
+                          lambda: _blocks(pkg, np.random.default_rng(1), kind, n, x.shape[1], "int8", ro))
                 return getattr(pkg, be).linear(x, W)
-            cases.append((f"linear {kind} int8 {len(x)}x{x.shape[1]} -> {n}", be, f))
+            name = f"linear {kind} int8 {len(x)}x{x.shape[1]} -> {n}" + (" file" if ro else "")
+            cases.append((name, be, f))
     return cases
 
 

@@ -139,74 +139,139 @@ static void SA_FN(sa_gq8_unpack)(int kind, const uint8_t *p, int64_t k, int8_t *
     }
 }
 
-/* sa_gq8_unpack of row j of W in rows16.h's layouts (Q4_K16, Q5_016): the same values, read where
- * the layout put them (a prefill reads the copy the decoding steps read, not the file's) */
-static void SA_FN(sa_gq8_unpack16)(int kind, const uint8_t *w, int64_t ldw, int64_t j, int64_t k, int8_t *v,
-                                   SA_T *s, SA_T *m) {
-    const int r = (int)(j % 16);
-    const uint8_t *o = w + j / 16 * 16 * ldw;
+/* 16 columns' words of the panel from rows16.h's layouts (rows j0 .. j0 + 15 of W, a group of 16):
+ * their runs already hold 4 + 4 consecutive weights of 16 rows a 64-byte vector, so that run c's
+ * low nibbles are the panel's word 2c of those 16 columns and its high nibbles word 2c + 1, with no
+ * transposition; Q5_0's fifth bits join as bit 4 of each byte (four bits of qh spread to bytes by a
+ * multiplication: bit b of x times 2^4 + 2^11 + 2^18 + 2^25 lands at bit 8 b + 4 alone). The scales
+ * and offsets go to bs, bm (stride 32) a row at a time. */
+static void SA_FN(sa_gq8_pack16)(int kind, const uint8_t *w, int64_t ldw, int64_t k, int64_t j0, int8_t *bv,
+                                 SA_T *bs, SA_T *bm) {
+    const uint8_t *o = w + j0 / 16 * 16 * ldw;
+    int32_t *words = (int32_t *)bv;
+    const __m512i low = _mm512_set1_epi8(15);
     if (kind == SA_Q5_016) {
+        const __m512i sixteen = _mm512_set1_epi8(16), fifth = _mm512_set1_epi32(0x10101010);
         for (int64_t i = 0; i < k / 32; i++, o += SA_Q5016_BLOCK) {
-            int8_t *vi = v + 32 * i;
-            uint32_t h;
-            memcpy(&h, o + 32 + 4 * r, 4);
-            s[i] = SA_FN(sa_q8_half)(o + 2 * r), m[i] = 0;
-            for (int c = 0; c < 4; c++)
-                for (int t = 0; t < 4; t++) {
-                    const int b = o[96 + 64 * c + 4 * r + t], lo = 8 * c + t, hi = lo + 4;
-                    vi[lo] = (int8_t)(((b & 15) | ((h >> lo) & 1) << 4) - 16);
-                    vi[hi] = (int8_t)(((b >> 4) | ((h >> hi) & 1) << 4) - 16);
-                }
+            const __m512i h = _mm512_loadu_si512((const void *)(o + 32));
+            for (int c = 0; c < 4; c++) {
+                const __m512i q = _mm512_loadu_si512((const void *)(o + 96 + 64 * c));
+                const __m512i b0 = _mm512_and_si512(_mm512_mullo_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 8 * c), _mm512_set1_epi32(15)),
+                                                                       _mm512_set1_epi32(0x02040810)), fifth);
+                const __m512i b1 = _mm512_and_si512(_mm512_mullo_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 8 * c + 4), _mm512_set1_epi32(15)),
+                                                                       _mm512_set1_epi32(0x02040810)), fifth);
+                const int64_t t = 8 * i + 2 * c;
+                _mm512_store_si512((void *)(words + t * SA_GQ8_NR), _mm512_sub_epi8(_mm512_or_si512(_mm512_and_si512(q, low), b0), sixteen));
+                _mm512_store_si512((void *)(words + (t + 1) * SA_GQ8_NR),
+                                   _mm512_sub_epi8(_mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 4), low), b1), sixteen));
+            }
+            _mm512_store_ps(bs + i * SA_GQ8_NR, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)o)));
+            _mm512_store_ps(bm + i * SA_GQ8_NR, _mm512_setzero_ps());
         }
         return;
     }
     for (int64_t i = 0; i < k / 256; i++, o += SA_Q4K16_SUPER) {
-        int8_t *vi = v + 256 * i;
-        const SA_T dw = SA_FN(sa_q8_half)(o + 2 * r), dmin = SA_FN(sa_q8_half)(o + 32 + 2 * r);
-        for (int b = 0; b < 8; b++) {
-            const int sc = (o[64 + 16 * (b / 2) + r] >> 4 * (b & 1) & 15) | (o[128 + 16 * (b / 4) + r] >> 2 * (b % 4) & 3) << 4;
-            const int mn = (o[160 + 16 * (b / 2) + r] >> 4 * (b & 1) & 15) | (o[224 + 16 * (b / 4) + r] >> 2 * (b % 4) & 3) << 4;
-            s[8 * i + b] = dw * (SA_T)sc, m[8 * i + b] = -dmin * (SA_T)mn;
+        for (int c = 0; c < 32; c++) {
+            const __m512i q = _mm512_loadu_si512((const void *)(o + 256 + 64 * c));
+            const int64_t t = 64 * i + 2 * c;
+            _mm512_store_si512((void *)(words + t * SA_GQ8_NR), _mm512_and_si512(q, low));
+            _mm512_store_si512((void *)(words + (t + 1) * SA_GQ8_NR), _mm512_and_si512(_mm512_srli_epi16(q, 4), low));
         }
-        for (int c = 0; c < 32; c++)
-            for (int t = 0; t < 4; t++) {
-                const int b = o[256 + 64 * c + 4 * r + t];
-                vi[8 * c + t] = (int8_t)(b & 15), vi[8 * c + 4 + t] = (int8_t)(b >> 4);
-            }
+        /* the 16 rows' scales and mins of sub-block b, 16 lanes at once (the layout keeps a byte of
+         * each row side by side): the same products as a row at a time, dw sc and -dmin mn */
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)o));
+        const __m512 dmin = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(o + 32))));
+        const __m512i four = _mm512_set1_epi32(15), two = _mm512_set1_epi32(3);
+        for (int b = 0; b < 8; b++) {
+#define SA_SIX(at) _mm512_or_si512(                                                                                   \
+        _mm512_and_si512(_mm512_srli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(o + (at) + 16 * (b / 2)))), \
+                                           4 * (b & 1)), four),                                                        \
+        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(                                                          \
+            _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(o + (at) + 64 + 16 * (b / 4)))), 2 * (b % 4)), two), 4))
+            _mm512_store_ps(bs + (8 * i + b) * SA_GQ8_NR, _mm512_mul_ps(dw, _mm512_cvtepi32_ps(SA_SIX(64))));
+            _mm512_store_ps(bm + (8 * i + b) * SA_GQ8_NR, _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(SA_SIX(160))));
+#undef SA_SIX
+        }
+    }
+}
+
+/* words[t 32 + c] = rows[c][t] (32-bit words) for 16 rows of n words each (stride ld words), 16 x
+ * 16 blocks transposed in registers (the last block's rows masked to what is left of n) */
+static void SA_FN(sa_gq8_transpose16)(const int32_t *rows, int64_t ld, int64_t n, int32_t *words) {
+    for (int64_t t0 = 0; t0 < n; t0 += 16) {
+        const int left = n - t0 < 16 ? (int)(n - t0) : 16;
+        const __mmask16 mk = (__mmask16)((1u << left) - 1);
+        __m512i r[16], u[16];
+        for (int i = 0; i < 16; i++) r[i] = _mm512_maskz_loadu_epi32(mk, rows + i * ld + t0);
+        for (int i = 0; i < 16; i += 2)
+            u[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]), u[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+        for (int i = 0; i < 16; i += 4) {
+            r[i] = _mm512_unpacklo_epi64(u[i], u[i + 2]), r[i + 1] = _mm512_unpackhi_epi64(u[i], u[i + 2]);
+            r[i + 2] = _mm512_unpacklo_epi64(u[i + 1], u[i + 3]), r[i + 3] = _mm512_unpackhi_epi64(u[i + 1], u[i + 3]);
+        }
+        /* r[4 q + e] holds words 4 l + e (l: the 128-bit lane) of rows 4 q .. 4 q + 3 */
+        for (int e = 0; e < 4; e++) {
+            u[e] = _mm512_shuffle_i32x4(r[e], r[4 + e], 0x88), u[4 + e] = _mm512_shuffle_i32x4(r[e], r[4 + e], 0xdd);
+            u[8 + e] = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0x88);
+            u[12 + e] = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0xdd);
+        }
+        for (int e = 0; e < 8; e++) {
+            r[e] = _mm512_shuffle_i32x4(u[e], u[8 + e], 0x88), r[8 + e] = _mm512_shuffle_i32x4(u[e], u[8 + e], 0xdd);
+        }
+        /* r[v] is now word t0 + v of the 16 rows */
+        for (int v = 0; v < left; v++) _mm512_store_si512((void *)(words + (t0 + v) * SA_GQ8_NR), r[v]);
     }
 }
 
 /* The panel of W's rows j .. j + cols (cols <= 32; the rest zero) for sa_gq8_tile: bv[(t 32 + c) 4
  * + u] = v_c[4 t + u]; bs[g 32 + c] = s_cg; bc[g 32 + c] = 128 sum of v_c over group g; bm[g32 32 +
- * c] = m_c; rows: scratch of k bytes, k / 16 + k / 32 floats */
+ * c] = m_c. rows: scratch of 16 k bytes (16 rows unpacked, then transposed into the panel's words),
+ * rs of k / 16 + k / 32 floats (a row's scales and offsets) */
 static void SA_FN(sa_gq8_pack_b)(int kind, const uint8_t *w, int64_t ldw, int64_t k, int64_t j, int cols, int G,
-                                 int8_t *bv, SA_T *bs, int32_t *bc, SA_T *bm, int8_t *row, SA_T *rs) {
+                                 int8_t *bv, SA_T *bs, int32_t *bc, SA_T *bm, int8_t *rows, SA_T *rs) {
     const int64_t ng = k / G, n32 = k / 32;
     SA_T *rm = rs + k / 16;
-    for (int c = 0; c < SA_GQ8_NR; c++) {
-        if (c < cols) {
-            if (kind == SA_Q4_K16 || kind == SA_Q5_016)
-                SA_FN(sa_gq8_unpack16)(kind, w, ldw, j + c, k, row, rs, rm);
-            else
+    int32_t *words = (int32_t *)bv;
+    for (int h = 0; h < 2; h++) {
+        const int c0 = 16 * h;
+        if (c0 >= cols) {  /* an empty half: zeros (its sums come out zero below) */
+            for (int64_t t = 0; t < k / 4; t++) _mm512_store_si512((void *)(words + t * SA_GQ8_NR + c0), _mm512_setzero_si512());
+            for (int64_t g = 0; g < ng; g++) _mm512_store_ps(bs + g * SA_GQ8_NR + c0, _mm512_setzero_ps());
+            for (int64_t g = 0; g < n32; g++) _mm512_store_ps(bm + g * SA_GQ8_NR + c0, _mm512_setzero_ps());
+            continue;
+        }
+        if (kind == SA_Q4_K16 || kind == SA_Q5_016) {  /* cols is then 16 or 32 */
+            SA_FN(sa_gq8_pack16)(kind, w, ldw, k, j + c0, (int8_t *)(words + c0), bs + c0, bm + c0);
+            continue;
+        }
+        for (int c = c0; c < c0 + 16; c++) {
+            int8_t *row = rows + (c - c0) * k;
+            if (c < cols) {
                 SA_FN(sa_gq8_unpack)(kind, w + (j + c) * ldw, k, row, rs, rm);
-        } else {
-            memset(row, 0, k);
-            for (int64_t g = 0; g < k / 16; g++) rs[g] = 0;
-            for (int64_t g = 0; g < n32; g++) rm[g] = 0;
+            } else {
+                memset(row, 0, k);
+                for (int64_t g = 0; g < k / 16; g++) rs[g] = 0;
+                for (int64_t g = 0; g < n32; g++) rm[g] = 0;
+            }
+            for (int64_t g = 0; g < ng; g++) bs[g * SA_GQ8_NR + c] = rs[g];
+            for (int64_t g = 0; g < n32; g++) bm[g * SA_GQ8_NR + c] = rm[g];
         }
-        int32_t *words = (int32_t *)bv;
-        for (int64_t t = 0; t < k / 4; t++) memcpy(words + t * SA_GQ8_NR + c, row + 4 * t, 4);
-        for (int64_t g = 0; g < ng; g++) {
-            int32_t sum = 0;
-            for (int u = 0; u < G; u++) sum += row[g * G + u];
-            bs[g * SA_GQ8_NR + c] = rs[g];
-            bc[g * SA_GQ8_NR + c] = 128 * sum;
-        }
-        for (int64_t g = 0; g < n32; g++) bm[g * SA_GQ8_NR + c] = rm[g];
+        SA_FN(sa_gq8_transpose16)((const int32_t *)rows, k / 4, k / 4, words + c0);
     }
+    /* 128 sum(v) over each group: vpdpbusd of 1-bytes with the panel's words sums each word's 4 bytes */
+    const __m512i ones = _mm512_set1_epi8(1);
+    for (int64_t g = 0; g < ng; g++)
+        for (int h = 0; h < 2; h++) {
+            __m512i sum = _mm512_setzero_si512();
+            for (int t = 0; t < G / 4; t++)
+                sum = _mm512_dpbusd_epi32(sum, ones, _mm512_load_si512((const void *)(words + (g * G / 4 + t) * SA_GQ8_NR + 16 * h)));
+            _mm512_store_si512((void *)(bc + g * SA_GQ8_NR + 16 * h), _mm512_slli_epi32(sum, 7));
+        }
 }
 
-/* y[i0 .. i0 + MR, j .. j + cols] = the micro-tile over the whole depth (MR rows of a, the panel) */
+/* y[i0 .. i0 + MR, j .. j + cols] = the micro-tile over the whole depth (MR rows of a, the panel). The
+ * panel is not cut into slices of depth that stay in L1: on Zen 4 the hardware prefetcher keeps the
+ * L2 ones fed, and slices of 256-1024 bytes of depth ran 2-10% slower (the sums' trips to y) */
 static inline __attribute__((always_inline)) void SA_FN(sa_gq8_tile)(const int MR, const int G, const int offsets,
                                                                      const uint8_t *a, const SA_T *ad,
                                                                      const SA_T *axs, int64_t k, const int8_t *bv,
@@ -269,10 +334,10 @@ static inline __attribute__((always_inline)) void SA_FN(sa_gq8_tile)(const int M
     SA_FN(sa_gq8_tile)(MR, G, OFF, a + i * k, ad + i * n32, axs + i * n32, k, bv, bs, bc, bm, y + i * ldy + j, ldy, cols)
 
 /* Bytes of scratch sa_gq8_cols needs for depth k: the panel (k 32 bytes, aligned), its scales, sums
- * and offsets, and a row being unpacked */
+ * and offsets, and 16 rows being unpacked */
 static inline int64_t SA_FN(sa_gq8_scratch)(int64_t k) {
-    return 64 + k * SA_GQ8_NR + (k / 16) * SA_GQ8_NR * 4 * 2 + (k / 32) * SA_GQ8_NR * 4 + k + (k / 16 + k / 32) * 4
-           + 256;
+    return 64 + k * SA_GQ8_NR + (k / 16) * SA_GQ8_NR * 4 * 2 + (k / 32) * SA_GQ8_NR * 4 + 16 * k
+           + (k / 16 + k / 32) * 4 + 256;
 }
 
 /* y[:, j0:j1] (y (m, ldy)) = the m packed rows of x (sa_gq8_pack_a) times W's rows j0 .. j1, a panel
@@ -287,11 +352,11 @@ static void SA_FN(sa_gq8_cols)(int kind, const uint8_t *a, const SA_T *ad, const
     SA_T *bs = (SA_T *)(bv + k * SA_GQ8_NR);
     int32_t *bc = (int32_t *)(bs + ng * SA_GQ8_NR);
     SA_T *bm = (SA_T *)(bc + ng * SA_GQ8_NR);
-    int8_t *row = (int8_t *)(bm + n32 * SA_GQ8_NR);
-    SA_T *rs = (SA_T *)(((uintptr_t)(row + k) + 63) & ~(uintptr_t)63);
+    int8_t *rows = (int8_t *)(bm + n32 * SA_GQ8_NR);
+    SA_T *rs = (SA_T *)(((uintptr_t)(rows + 16 * k) + 63) & ~(uintptr_t)63);
     for (int64_t j = j0; j < j1; j += SA_GQ8_NR) {
         const int cols = j1 - j < SA_GQ8_NR ? (int)(j1 - j) : SA_GQ8_NR;
-        SA_FN(sa_gq8_pack_b)(kind, w, ldw, k, j, cols, G, bv, bs, bc, bm, row, rs);
+        SA_FN(sa_gq8_pack_b)(kind, w, ldw, k, j, cols, G, bv, bs, bc, bm, rows, rs);
         int64_t i = 0;
         for (; i + SA_GQ8_MR <= m; i += SA_GQ8_MR) {
             if (G == 16)
