@@ -50,12 +50,10 @@ def test_every_call_returns_the_references_shape_and_dtype(torch_stand_in, conte
         if contender not in COMPILED:  # the reference and torch: float32 weights only
             assert specs.build(contender, case) is None
             return
-        expected = specs.build("numpy", dict(case, dtype="float64", weights="float32")).run()
         with silkattn.use_backend(contender):
             call = specs.build("silkattn", case)
             out = call.result(call.run())
-        assert out.dtype == np.float32 and out.shape == expected.shape
-        assert (out * expected).sum(-1).min() >= 0.998  # unit vectors: the cosine (tests/test_bert.py)
+        assert out.dtype == np.float32 and specs.int8_embeddings_close(out, case)
         return
     expected = reference.run()
     if contender in COMPILED:
