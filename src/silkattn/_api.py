@@ -206,16 +206,21 @@ def add_layer_norm(kernels, X, R, g, b, eps=1e-5):
 LINEAR_ROWS = 8  # up to this many rows of X the kernel runs (a matrix-vector product); more: BLAS GEMM
 
 
+def _product_shape(X, W, x_name, w_name):
+    """(k, n) of X (..., k) times W (k, n); a ValueError naming the operand that does not fit."""
+    if X.ndim == 0:
+        raise ValueError(f"{x_name} must have at least one dimension (..., k)")
+    k = X.shape[-1]
+    if W.ndim != 2 or W.shape[0] != k:
+        raise ValueError(f"{w_name} must have shape ({k}, n) ({x_name}'s last axis is {k}), got {W.shape}")
+    return k, W.shape[1]
+
+
 def linear(kernels, X, W, b=None, *, out=None):
     if isinstance(W, QuantizedMatrix):
         return linear_q(kernels, X, W, b, out)
     X, W = as_float_array(X, "X"), as_float_array(W, "W")
-    if X.ndim == 0:
-        raise ValueError("X must have at least one dimension (..., k)")
-    k = X.shape[-1]
-    if W.ndim != 2 or W.shape[0] != k:
-        raise ValueError(f"W must have shape ({k}, n) (X's last axis is {k}), got {W.shape}")
-    n = W.shape[1]
+    k, n = _product_shape(X, W, "X", "W")
     dtype = np.result_type(X, W) if b is None else np.result_type(X, W, as_float_array(b, "b"))
     if b is not None:
         b = _along_last_axis(b, n, dtype, "b")
@@ -874,15 +879,10 @@ def _as_int8(x, name):
 
 def matmul_int8(kernels, A, B, *, out=None):
     A, B = _as_int8(A, "A"), _as_int8(B, "B")
-    if A.ndim == 0:
-        raise ValueError("A must have at least one dimension (..., k)")
-    k = A.shape[-1]
-    if B.ndim != 2 or B.shape[0] != k:
-        raise ValueError(f"B must have shape ({k}, n) (A's last axis is {k}), got {B.shape}")
+    k, n = _product_shape(A, B, "A", "B")
     if k > INT8_MAX_K:
         raise ValueError(f"A's last axis (the depth) is {k}: over {INT8_MAX_K}, a sum of int8 products "
                          "can leave int32")
-    n = B.shape[1]
     out = check_out(out, A.shape[:-1] + (n,), np.int32, [A, B])
     rows = A.size // k if k else math.prod(A.shape[:-1])
     if kernels.matmul_int8 is None or not (rows and n and k):
