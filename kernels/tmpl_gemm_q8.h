@@ -5,7 +5,8 @@
  *
  * x: each row rounded to 8 bits a block (reference.round_q8: 32 values, or 256 for the K-quants), q
  * moved up by 128 as unsigned bytes a (vpdpbusd multiplies u8 by s8), d_x kept per group of 32 (a
- * block of 256 repeats its scale over its 8 groups) with xs = d_x sum(q) (sa_gq8_pack_a).
+ * block of 256 repeats its scale over its 8 groups) with xs = d_x sum(q) (sum(q) for block 256)
+ * (sa_gq8_pack_a).
  * W: a panel of 32 of its rows (y's columns) at a time unpacked to signed bytes v and a float scale
  * s per group of G weights (32; Q6_K's 16), w = s v (+ m, a float offset per group of 32: Q4_1,
  * Q5_1's m, the K-quants' -dmin m_b), laid out for the micro-kernel: 4 bytes of depth of 16 columns
@@ -13,7 +14,8 @@
  *     y_ij += d_x s_jg (a_i . v_j - 128 sum(v_j)) + m_jg xs_ig
  * the integer dot over the group in int32 lanes (G / 4 vpdpbusd a row and 16 columns), 128 sum(v)
  * kept with the panel, one conversion and FMA a group. Micro-tile: MR rows x 32 columns; the A rows
- * and the panel stay in L1/L2 while the tile sweeps the depth. */
+ * and the panel stay in L1/L2 while the tile sweeps the depth. The K-quants' tile (sa_gq8_ktile)
+ * takes d_x out of the groups, since x's scale holds over a super-block. */
 
 #if SA_X86 && SA_VBYTES == 64 && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 #define SA_GQ8_NR 32  /* columns a panel */
@@ -21,7 +23,8 @@
 #define SA_GQ8_MR 6   /* rows of x a micro-tile: 4 MR accumulators of 32 registers */
 #endif
 
-/* a (m, k) u8 = q + 128, d and xs (m, k / 32) of round_q8(x, block). The float copy 16 values a
+/* a (m, k) u8 = q + 128, d and xs (m, k / 32) of round_q8(x, block): xs = d sum q over each 32,
+ * or sum q alone for block 256 (sa_gq8_ktile applies d once a super-block). The float copy 16 values a
  * step: the same max, products and rounding (cvtps2dq rounds to nearest even, as rintf), so the
  * same bytes, NaN blocks' too (q of NaN: the integer indefinite 0x80000000, byte 128). */
 static void SA_FN(sa_gq8_pack_a)(const SA_T *x, int64_t m, int64_t k, int block, uint8_t *a, SA_T *d,
@@ -52,7 +55,7 @@ static void SA_FN(sa_gq8_pack_a)(const SA_T *x, int64_t m, int64_t k, int block,
                 _mm_storeu_si128((__m128i *)(o + 16), _mm512_cvtepi32_epi8(_mm512_add_epi32(q1, c128)));
                 const int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
                 d[r * ng + b0 / 32 + g] = dx;
-                xs[r * ng + b0 / 32 + g] = dx * (SA_T)sum;
+                xs[r * ng + b0 / 32 + g] = block == 256 ? (SA_T)sum : dx * (SA_T)sum;
             }
         }
 #else
@@ -75,7 +78,7 @@ static void SA_FN(sa_gq8_pack_a)(const SA_T *x, int64_t m, int64_t k, int block,
                     sum += q;
                 }
                 d[r * ng + b0 / 32 + g] = dx;
-                xs[r * ng + b0 / 32 + g] = dx * (SA_T)sum;
+                xs[r * ng + b0 / 32 + g] = block == 256 ? (SA_T)sum : dx * (SA_T)sum;
             }
         }
 #endif
@@ -330,8 +333,84 @@ static inline __attribute__((always_inline)) void SA_FN(sa_gq8_tile)(const int M
     }
 }
 
+/* The K-quants' micro-tile. x is rounded per 256 for them (Q8_K), so d_x is one factor over a
+ * super-block's 8 groups (Q6_K's 16): within it the groups' integer sums are converted and scaled by
+ * W's s alone, which no row changes, the offsets' m multiply x's plain group sums (pack_a keeps sum q
+ * for block 256, not d_x sum q), and d_x multiplies the super-block's sum once:
+ *     y_ij += d_x,b sum_{g in b} (s_jg (a_i . v_j - 128 sum v_j) + m_jg sum_g q_i)
+ * two float operations a group and row-vector (three with offsets) where sa_gq8_tile takes three
+ * (four), on the vector pipes vpdpbusd needs. Three sets of accumulators: MR 4 rows. */
+#define SA_GQ8_KMR 4
+static inline __attribute__((always_inline)) void SA_FN(sa_gq8_ktile)(const int MR, const int G, const int offsets,
+                                                                      const uint8_t *a, const SA_T *ad,
+                                                                      const SA_T *axs, int64_t k, const int8_t *bv,
+                                                                      const SA_T *bs, const int32_t *bc,
+                                                                      const SA_T *bm, SA_T *y, int64_t ldy, int cols) {
+    const int64_t n32 = k / 32, per = 256 / G;  /* groups a super-block */
+    __m512 acc[SA_GQ8_KMR][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (int64_t sb = 0; sb < k / 256; sb++) {
+        __m512 part[SA_GQ8_KMR][2];
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; r++) part[r][0] = part[r][1] = _mm512_setzero_ps();
+        for (int64_t g = sb * per; g < (sb + 1) * per; g++) {
+            const __m512i c0 = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_load_si512((const void *)(bc + g * SA_GQ8_NR)));
+            const __m512i c1 = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                                _mm512_load_si512((const void *)(bc + g * SA_GQ8_NR + 16)));
+            __m512i ai[SA_GQ8_KMR][2];
+#pragma GCC unroll 4
+            for (int r = 0; r < MR; r++) ai[r][0] = c0, ai[r][1] = c1;
+            const int8_t *b = bv + g * G * SA_GQ8_NR;
+#pragma GCC unroll 8
+            for (int t = 0; t < G / 4; t++) {
+                const __m512i b0 = _mm512_load_si512((const void *)(b + t * 4 * SA_GQ8_NR));
+                const __m512i b1 = _mm512_load_si512((const void *)(b + t * 4 * SA_GQ8_NR + 64));
+#pragma GCC unroll 4
+                for (int r = 0; r < MR; r++) {
+                    int32_t word;
+                    memcpy(&word, a + r * k + g * G + 4 * t, 4);
+                    const __m512i av = _mm512_set1_epi32(word);
+                    ai[r][0] = _mm512_dpbusd_epi32(ai[r][0], av, b0);
+                    ai[r][1] = _mm512_dpbusd_epi32(ai[r][1], av, b1);
+                }
+            }
+            const __m512 s0 = _mm512_load_ps(bs + g * SA_GQ8_NR), s1 = _mm512_load_ps(bs + g * SA_GQ8_NR + 16);
+#pragma GCC unroll 4
+            for (int r = 0; r < MR; r++) {
+                part[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[r][0]), s0, part[r][0]);
+                part[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[r][1]), s1, part[r][1]);
+            }
+            if (offsets) {  /* G == 32 */
+                const __m512 m0 = _mm512_load_ps(bm + g * SA_GQ8_NR), m1 = _mm512_load_ps(bm + g * SA_GQ8_NR + 16);
+#pragma GCC unroll 4
+                for (int r = 0; r < MR; r++) {
+                    const __m512 xs = _mm512_set1_ps(axs[r * n32 + g]);
+                    part[r][0] = _mm512_fmadd_ps(m0, xs, part[r][0]);
+                    part[r][1] = _mm512_fmadd_ps(m1, xs, part[r][1]);
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; r++) {
+            const __m512 dx = _mm512_set1_ps(ad[r * n32 + 8 * sb]);
+            acc[r][0] = _mm512_fmadd_ps(part[r][0], dx, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(part[r][1], dx, acc[r][1]);
+        }
+    }
+    const __mmask16 k0 = cols >= 16 ? 0xFFFF : (__mmask16)((1u << cols) - 1);
+    const __mmask16 k1 = cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (__mmask16)((1u << (cols - 16)) - 1);
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; r++) {
+        _mm512_mask_storeu_ps(y + r * ldy, k0, acc[r][0]);
+        _mm512_mask_storeu_ps(y + r * ldy + 16, k1, acc[r][1]);
+    }
+}
+
 #define SA_GQ8_TILE(MR, G, OFF) \
     SA_FN(sa_gq8_tile)(MR, G, OFF, a + i * k, ad + i * n32, axs + i * n32, k, bv, bs, bc, bm, y + i * ldy + j, ldy, cols)
+#define SA_GQ8_KTILE(MR, G, OFF) \
+    SA_FN(sa_gq8_ktile)(MR, G, OFF, a + i * k, ad + i * n32, axs + i * n32, k, bv, bs, bc, bm, y + i * ldy + j, ldy, cols)
 
 /* Bytes of scratch sa_gq8_cols needs for depth k: the panel (k 32 bytes, aligned), its scales, sums
  * and offsets, and 16 rows being unpacked */
@@ -347,6 +426,7 @@ static void SA_FN(sa_gq8_cols)(int kind, const uint8_t *a, const SA_T *ad, const
                                void *scratch) {
     const int G = kind == SA_Q6_K ? 16 : 32;
     const int offsets = kind == SA_Q4_1 || kind == SA_Q5_1 || kind == SA_Q4_K || kind == SA_Q5_K || kind == SA_Q4_K16;
+    const int kquant = kind == SA_Q4_K || kind == SA_Q5_K || kind == SA_Q6_K || kind == SA_Q4_K16;  /* x per 256 */
     const int64_t n32 = k / 32, ng = k / G;
     int8_t *bv = (int8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     SA_T *bs = (SA_T *)(bv + k * SA_GQ8_NR);
@@ -358,6 +438,25 @@ static void SA_FN(sa_gq8_cols)(int kind, const uint8_t *a, const SA_T *ad, const
         const int cols = j1 - j < SA_GQ8_NR ? (int)(j1 - j) : SA_GQ8_NR;
         SA_FN(sa_gq8_pack_b)(kind, w, ldw, k, j, cols, G, bv, bs, bc, bm, rows, rs);
         int64_t i = 0;
+        if (kquant) {
+            for (; i + SA_GQ8_KMR <= m; i += SA_GQ8_KMR) {
+                if (G == 16)
+                    SA_GQ8_KTILE(SA_GQ8_KMR, 16, 0);
+                else if (offsets)
+                    SA_GQ8_KTILE(SA_GQ8_KMR, 32, 1);
+                else
+                    SA_GQ8_KTILE(SA_GQ8_KMR, 32, 0);
+            }
+            for (; i < m; i++) {
+                if (G == 16)
+                    SA_GQ8_KTILE(1, 16, 0);
+                else if (offsets)
+                    SA_GQ8_KTILE(1, 32, 1);
+                else
+                    SA_GQ8_KTILE(1, 32, 0);
+            }
+            continue;
+        }
         for (; i + SA_GQ8_MR <= m; i += SA_GQ8_MR) {
             if (G == 16)
                 SA_GQ8_TILE(SA_GQ8_MR, 16, 0);
@@ -377,4 +476,5 @@ static void SA_FN(sa_gq8_cols)(int kind, const uint8_t *a, const SA_T *ad, const
     }
 }
 #undef SA_GQ8_TILE
+#undef SA_GQ8_KTILE
 #endif
