@@ -272,6 +272,32 @@ static void SA_FN(sa_gq8_pack_b)(int kind, const uint8_t *w, int64_t ldw, int64_
         }
 }
 
+/* Group g's integer sums of MR rows of a (k bytes a row) with the panel's 32 columns, two vectors a
+ * row: sum over the group of a_i v_j, started at -128 sum(v_j) since a = q + 128 */
+static inline __attribute__((always_inline)) void SA_FN(sa_gq8_group)(const int MR, const int G, const uint8_t *a,
+                                                                      int64_t k, int64_t g, const int8_t *bv,
+                                                                      const int32_t *bc, __m512i ai[][2]) {
+    const __m512i c0 = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_load_si512((const void *)(bc + g * SA_GQ8_NR)));
+    const __m512i c1 = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                        _mm512_load_si512((const void *)(bc + g * SA_GQ8_NR + 16)));
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++) ai[r][0] = c0, ai[r][1] = c1;
+    const int8_t *b = bv + g * G * SA_GQ8_NR;
+#pragma GCC unroll 8
+    for (int t = 0; t < G / 4; t++) {
+        const __m512i b0 = _mm512_load_si512((const void *)(b + t * 4 * SA_GQ8_NR));
+        const __m512i b1 = _mm512_load_si512((const void *)(b + t * 4 * SA_GQ8_NR + 64));
+#pragma GCC unroll 8
+        for (int r = 0; r < MR; r++) {
+            int32_t word;
+            memcpy(&word, a + r * k + g * G + 4 * t, 4);
+            const __m512i av = _mm512_set1_epi32(word);
+            ai[r][0] = _mm512_dpbusd_epi32(ai[r][0], av, b0);
+            ai[r][1] = _mm512_dpbusd_epi32(ai[r][1], av, b1);
+        }
+    }
+}
+
 /* y[i0 .. i0 + MR, j .. j + cols] = the micro-tile over the whole depth (MR rows of a, the panel). The
  * panel is not cut into slices of depth that stay in L1: on Zen 4 the hardware prefetcher keeps the
  * L2 ones fed, and slices of 256-1024 bytes of depth ran 2-10% slower (the sums' trips to y) */
@@ -285,27 +311,8 @@ static inline __attribute__((always_inline)) void SA_FN(sa_gq8_tile)(const int M
 #pragma GCC unroll 8
     for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
     for (int64_t g = 0; g < ng; g++) {
-        /* the integer sums start at -128 sum(v): a = q + 128 */
-        const __m512i c0 = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_load_si512((const void *)(bc + g * SA_GQ8_NR)));
-        const __m512i c1 = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                            _mm512_load_si512((const void *)(bc + g * SA_GQ8_NR + 16)));
         __m512i ai[SA_GQ8_MR][2];
-#pragma GCC unroll 8
-        for (int r = 0; r < MR; r++) ai[r][0] = c0, ai[r][1] = c1;
-        const int8_t *b = bv + g * G * SA_GQ8_NR;
-#pragma GCC unroll 8
-        for (int t = 0; t < G / 4; t++) {
-            const __m512i b0 = _mm512_load_si512((const void *)(b + t * 4 * SA_GQ8_NR));
-            const __m512i b1 = _mm512_load_si512((const void *)(b + t * 4 * SA_GQ8_NR + 64));
-#pragma GCC unroll 8
-            for (int r = 0; r < MR; r++) {
-                int32_t word;
-                memcpy(&word, a + r * k + g * G + 4 * t, 4);
-                const __m512i av = _mm512_set1_epi32(word);
-                ai[r][0] = _mm512_dpbusd_epi32(ai[r][0], av, b0);
-                ai[r][1] = _mm512_dpbusd_epi32(ai[r][1], av, b1);
-            }
-        }
+        SA_FN(sa_gq8_group)(MR, G, a, k, g, bv, bc, ai);
         const __m512 s0 = _mm512_load_ps(bs + g * SA_GQ8_NR), s1 = _mm512_load_ps(bs + g * SA_GQ8_NR + 16);
         const int64_t g32 = g * G / 32;  /* the group of 32 of x's scale */
 #pragma GCC unroll 8
@@ -355,26 +362,8 @@ static inline __attribute__((always_inline)) void SA_FN(sa_gq8_ktile)(const int 
 #pragma GCC unroll 4
         for (int r = 0; r < MR; r++) part[r][0] = part[r][1] = _mm512_setzero_ps();
         for (int64_t g = sb * per; g < (sb + 1) * per; g++) {
-            const __m512i c0 = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_load_si512((const void *)(bc + g * SA_GQ8_NR)));
-            const __m512i c1 = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                                _mm512_load_si512((const void *)(bc + g * SA_GQ8_NR + 16)));
             __m512i ai[SA_GQ8_KMR][2];
-#pragma GCC unroll 4
-            for (int r = 0; r < MR; r++) ai[r][0] = c0, ai[r][1] = c1;
-            const int8_t *b = bv + g * G * SA_GQ8_NR;
-#pragma GCC unroll 8
-            for (int t = 0; t < G / 4; t++) {
-                const __m512i b0 = _mm512_load_si512((const void *)(b + t * 4 * SA_GQ8_NR));
-                const __m512i b1 = _mm512_load_si512((const void *)(b + t * 4 * SA_GQ8_NR + 64));
-#pragma GCC unroll 4
-                for (int r = 0; r < MR; r++) {
-                    int32_t word;
-                    memcpy(&word, a + r * k + g * G + 4 * t, 4);
-                    const __m512i av = _mm512_set1_epi32(word);
-                    ai[r][0] = _mm512_dpbusd_epi32(ai[r][0], av, b0);
-                    ai[r][1] = _mm512_dpbusd_epi32(ai[r][1], av, b1);
-                }
-            }
+            SA_FN(sa_gq8_group)(MR, G, a, k, g, bv, bc, ai);
             const __m512 s0 = _mm512_load_ps(bs + g * SA_GQ8_NR), s1 = _mm512_load_ps(bs + g * SA_GQ8_NR + 16);
 #pragma GCC unroll 4
             for (int r = 0; r < MR; r++) {
