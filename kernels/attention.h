@@ -62,7 +62,21 @@ typedef struct {
     const sa_group *groups;                      /* rows path */
     const sa_row *rows;
     const sa_chunk *chunks;
+    int64_t page_keys;                           /* a paged plan's keys a page (0: not paged) */
+    const int64_t *pages;                        /* its pages' (K, V) offsets; a unit's k: its first page */
 } sa_attn_plan;
+
+/* The offsets of key j of unit u's K and V rows (key j at kv[0] + j rs_k and kv[1] + j rs_v from j's
+ * page start on: the keys of one page are consecutive rows); ku, kv: the unit's k and v fields */
+static inline void sa_key_base(const sa_attn_plan *a, int64_t ku, int64_t vu, int64_t j, int64_t kv[2]) {
+    if (!a->page_keys) {
+        kv[0] = ku, kv[1] = vu;
+        return;
+    }
+    const int64_t page = j / a->page_keys, first = page * a->page_keys;
+    kv[0] = a->pages[2 * (ku + page)] - first * a->rs_k;
+    kv[1] = a->pages[2 * (ku + page) + 1] - first * a->rs_v;
+}
 
 /* Does the score need the pass between Q K^T and the softmax (natural units: softcap, bias, ALiBi)? */
 static inline int sa_transforms(const sa_attn_plan *a) { return a->softcap > 0 || a->has_bias || a->has_alibi; }

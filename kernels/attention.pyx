@@ -44,6 +44,8 @@ cdef extern from "attention.h" nogil:
         const sa_group *groups
         const sa_row *rows
         const sa_chunk *chunks
+        int64_t page_keys
+        const int64_t *pages
     int SA_BR_OF(int vbytes)
     int SA_BQ, SA_BK
     size_t sa_attn_scratch_bytes(const sa_attn_plan *a, size_t tsize)
@@ -113,6 +115,9 @@ cdef _attention(plan, const floating[::1] q, const floating[::1] k, const floati
     a.stream = plan.stream
     a.items, a.units = <const sa_item *>_data(plan.items), <const sa_unit *>_data(plan.units)
     a.tasks, a.groups, a.rows, a.chunks = NULL, NULL, NULL, NULL
+    a.page_keys, a.pages = plan.page_keys, NULL
+    if plan.page_keys:
+        a.pages = <const int64_t *>_data(plan.pages)
     if plan.path == "rows":
         _rows(&a, plan, <floating *>NULL, num_threads)
     else:

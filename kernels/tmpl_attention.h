@@ -80,15 +80,16 @@ static inline SA_T SA_FN(score)(const sa_attn_plan *a, const sa_item *it, int64_
  * attention.h), e.g. a row whose every key is hidden (mean(V)). */
 static void SA_FN(exact_row)(const sa_attn_plan *a, const sa_item *it, int64_t i, SA_T *restrict out) {
     const SA_T *q = (const SA_T *)a->q + it->q + i * a->rs_q;
-    const SA_T *k = (const SA_T *)a->k + it->k;
-    const SA_T *v = (const SA_T *)a->v + it->v;
     const uint8_t *mrow = a->has_mask ? a->mask + it->mask + i * a->rs_mask : NULL;
     const int64_t p = it->pos + i;
     SA_T m = -INFINITY, sum = 0;
     for (int pass = 0; pass < 2; pass++) {
         for (int64_t j = 0; j < it->sk; j++) {
+            int64_t kv[2];
+            sa_key_base(a, it->k, it->v, j, kv);
+            const SA_T *k = (const SA_T *)a->k + kv[0] + j * a->rs_k, *v = (const SA_T *)a->v + kv[1] + j * a->rs_v;
             SA_T dot = 0;
-            for (int64_t t = 0; t < a->dk; t++) dot += q[t] * k[j * a->rs_k + t];
+            for (int64_t t = 0; t < a->dk; t++) dot += q[t] * k[t];
             SA_T s = SA_FN(score)(a, it, i, j, dot);
             if (!SA_FN(in_window)(a, p, j) || (mrow && !mrow[j])) s = (SA_T)SA_MASKED;
             if (pass == 0) {
@@ -96,7 +97,7 @@ static void SA_FN(exact_row)(const sa_attn_plan *a, const sa_item *it, int64_t i
             } else {
                 SA_T e = (SA_T)exp((double)(s - m));
                 sum += e;
-                for (int64_t c = 0; c < a->dv; c++) out[c] += e * v[j * a->rs_v + c];
+                for (int64_t c = 0; c < a->dv; c++) out[c] += e * v[c];
             }
         }
         if (pass == 0) for (int64_t c = 0; c < a->dv; c++) out[c] = 0;
@@ -427,7 +428,10 @@ static void SA_FN(sa_attn_rows_part)(const sa_attn_plan *a, const sa_chunk *c, S
     const int64_t dk = a->dk, dv = a->dv, rs_k = a->rs_k, rs_v = a->rs_v, nrows = g->nrows;
     const int64_t ldq = dk + SA_COL_PAD, lds = SA_DEC_BLOCK + SA_COL_PAD;
     const int64_t dvp = (dv + SA_VL - 1) / SA_VL * SA_VL;
-    const SA_T *k = (const SA_T *)a->k + u->k, *v = (const SA_T *)a->v + u->v;
+    /* key j at k + j rs_k for the chunk's keys (a paged plan's chunk lies in one page) */
+    int64_t kv[2];
+    sa_key_base(a, u->k, u->v, c->j0, kv);
+    const SA_T *k = (const SA_T *)a->k + kv[0], *v = (const SA_T *)a->v + kv[1];
     const SA_T masked_l2 = (SA_T)(SA_MASKED * SA_LOG2E);
     const int transform = sa_transforms(a);
     const SA_T qscale = (SA_T)(a->scale * (transform ? 1.0 : SA_LOG2E));
@@ -437,7 +441,8 @@ static void SA_FN(sa_attn_rows_part)(const sa_attn_plan *a, const sa_chunk *c, S
 
     int64_t pos[SA_ROWS_MAX];
     int seen[SA_ROWS_MAX];
-    const int64_t jend = a->chunks[g->chunk0 + g->nchunks - 1].j1;  /* the group's keys end (prefetch) */
+    /* the keys to prefetch end with the group's (a paged plan's: the chunk's, the page's rows) */
+    const int64_t jend = a->page_keys ? c->j1 : a->chunks[g->chunk0 + g->nchunks - 1].j1;
     for (int64_t r = 0; r < nrows; r++) {
         const sa_row *row = a->rows + g->row0 + r;
         const SA_T *q = (const SA_T *)a->q + a->items[row->item].q + row->i * a->rs_q;

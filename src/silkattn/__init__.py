@@ -34,6 +34,7 @@ from .ops import (
                      add_layer_norm,
                      add_rms_norm,
                      attention,
+                     attention_paged,
                      attention_varlen,
                      bias_gelu,
                      bias_relu,
@@ -52,7 +53,7 @@ from .reference import causal_mask, init_params, positional_encoding
 
 __version__ = "0.1.0"
 __all__ = ["reference", "ops", "models", "backends", "get_backend", "set_backend", "use_backend", "patch",
-           "attention_varlen", "bias_gelu", "rms_norm", "add_rms_norm", "rope", "silu_mul",
+           "attention_varlen", "attention_paged", "bias_gelu", "rms_norm", "add_rms_norm", "rope", "silu_mul",
            "gelu_tanh_mul", "gate_mul", "matmul_int8",
            "patched", "unpatch", "get_num_threads", "set_num_threads", "softmax", "attention", "layer_norm",
            "linear", "bias_relu", "add_layer_norm", "multi_head", "feed_forward", "block", "transformer",

@@ -565,8 +565,10 @@ def _layout(Q, K, V, mask, bias, lead, q_offset, slopes):
     return parts, items, nunits
 
 
-def _finish(kernels, parts, items, nunits, out, dk, dv, scale, softcap, causal, window, has_alibi):
-    """(plan, threads) from the operands and items: units, window and the work (silkattn._plan)."""
+def _finish(kernels, parts, items, nunits, out, dk, dv, scale, softcap, causal, window, has_alibi, pages=None,
+            page_keys=0):
+    """(plan, threads) from the operands and items: units, window and the work (silkattn._plan);
+    pages, page_keys: a paged plan's (the items' k and v name their unit's first page)."""
     units = np.zeros(nunits, _plan_mod.UNIT)
     units["k"][items["unit"]], units["v"][items["unit"]], units["sk"][items["unit"]] = (
         items["k"], items["v"], items["sk"])
@@ -577,7 +579,7 @@ def _finish(kernels, parts, items, nunits, out, dk, dv, scale, softcap, causal, 
         dk=dk, dv=dv, sq_max=int(items["sq"].max(initial=0)), sk_max=int(items["sk"].max(initial=0)),
         scale=1 / math.sqrt(dk) if scale is None else scale, softcap=softcap or 0.0, left=left, right=right,
         has_mask=parts[3][1] is not None, has_bias=parts[4][1] is not None, has_alibi=has_alibi,
-        items=items, units=units)
+        items=items, units=units, page_keys=page_keys, pages=pages)
     nthreads = threads_for(plan.work, DECODE_WORK if _plan_mod.takes_rows(plan) else ATTENTION_WORK)
     return _plan_mod.schedule(plan, kernels.attention_tiles, nthreads), nthreads
 
@@ -783,6 +785,117 @@ def attention_varlen(kernels, Q, K, V, cu_seqlens, *, causal=False, cu_seqlens_k
     kernels.attention(*_finish(kernels, parts, items, int(unit.max()) + 1, out, Q.shape[-1], V.shape[-1],
                                scale, softcap, causal, window, slopes is not None))
     return out
+
+
+def _check_paged(Q, K_pages, V_pages, page_table, seq_lens):
+    """(Q, K_pages, V_pages in one float dtype, page_table int64 (B, m), seq_lens int64 (B,)), each
+    shape checked against the others and every page a sequence reads within the pool."""
+    Q, K, V = as_float_array(Q, "Q"), as_float_array(K_pages, "K_pages"), as_float_array(V_pages, "V_pages")
+    if Q.ndim != 4:
+        raise ValueError(f"Q must have shape (B, Hq, Sq, d_k), got {Q.shape}")
+    for name, a in (("K_pages", K), ("V_pages", V)):
+        if a.ndim != 4:
+            raise ValueError(f"{name} must have shape (n_pages, Hkv, page_keys, d), got {a.shape}")
+    (B, Hq, Sq, dk), (n_pages, Hkv, P, dk2) = Q.shape, K.shape
+    if V.shape[:3] != K.shape[:3]:
+        raise ValueError(f"V_pages must have K_pages' pages, heads and page size {K.shape[:3]}, "
+                         f"got {V.shape[:3]}")
+    if dk2 != dk:
+        raise ValueError(f"Q and K_pages must share d_k (their last axis), got {dk} and {dk2}")
+    if not Hkv or Hq % Hkv:
+        raise ValueError(f"Q's {Hq} heads must be a multiple of K_pages' {Hkv} (query head h reads K/V "
+                         "head h // (Hq / Hkv))")
+    if P > _plan_mod.CHUNK_KEYS and P % _plan_mod.CHUNK_KEYS:
+        raise ValueError(f"the page size (K_pages' axis 2) must be at most {_plan_mod.CHUNK_KEYS} keys or a "
+                         f"multiple of it, got {P}")
+    table, lens = np.asarray(page_table), np.asarray(seq_lens)
+    for name, a in (("page_table", table), ("seq_lens", lens)):
+        if a.dtype.kind not in "iu":
+            raise TypeError(f"{name} must be integers, got dtype {a.dtype}")
+    if table.ndim != 2 or len(table) != B:
+        raise ValueError(f"page_table must have shape ({B}, max_pages), one row of page ids a sequence, "
+                         f"got {table.shape}")
+    if lens.shape != (B,):
+        raise ValueError(f"seq_lens must have shape ({B},), the keys of each sequence, got {lens.shape}")
+    table, lens = table.astype(np.int64, copy=False), lens.astype(np.int64, copy=False)
+    if B and (lens.min() < max(Sq, 1) or lens.max() > table.shape[1] * P):
+        raise ValueError(f"seq_lens must lie between Sq = {max(Sq, 1)} (the queries are each sequence's "
+                         f"last positions) and page_table's {table.shape[1]} pages x {P} keys, got {lens}")
+    used = np.arange(table.shape[1]) < -(-lens[:, None] // P)
+    if used.any() and (table[used].min() < 0 or table[used].max() >= n_pages):
+        raise ValueError(f"page_table names pages outside the pool's {n_pages} (of the pages "
+                         "seq_lens reaches)")
+    dtype = np.result_type(Q, K, V, np.float32)
+    K, V = (np.ascontiguousarray(a, dtype) for a in (K, V))  # the pools are read in place when they are so
+    return np.ascontiguousarray(Q, dtype), K, V, table, lens
+
+
+def attention_paged(kernels, Q, K_pages, V_pages, page_table, seq_lens, *, causal=True, scale=None,
+                    softcap=None, alibi_slopes=None, window=None, out=None):
+    window = check.window(window)
+    scale, softcap = check.optional_positive(scale, "scale"), check.optional_positive(softcap, "softcap")
+    slopes = check_alibi(alibi_slopes, as_float_array(Q, "Q"))
+    Q, K, V, table, lens = _check_paged(Q, K_pages, V_pages, page_table, seq_lens)
+    (B, Hq, Sq, _), dv = Q.shape, V.shape[-1]
+    out = check_out(out, (B, Hq, Sq, dv), Q.dtype, [Q, K, V])
+    if not out.size:
+        return out
+    keywords = dict(causal=bool(causal), scale=scale, softcap=softcap, alibi_slopes=slopes, window=window)
+    if kernels.attention is None:
+        with _blas.threads():
+            np.copyto(out, ref.attention_paged(Q, K, V, table, lens, **keywords))
+        return out
+    # kept by shape and pages: a decoding step's layers share one (their pools differ, not their layout)
+    P = K.shape[2]
+    used = table[:, :int(-(-lens.max() // P))]
+    key = ("paged plan", Q.shape, K.shape, V.shape[-1], Q.dtype.char, lens.tobytes(), used.tobytes(),
+           *(keywords[name] for name in ("causal", "scale", "softcap", "window")),
+           None if slopes is None else slopes.tobytes(), kernels.attention_tiles, _threads._num_threads)
+    plan, nthreads = _cache.get(key, lambda: _paged_plan(kernels, Q, K, V, table, lens, keywords))
+    kernels.attention(plan.bind(Q.reshape(-1), K.reshape(-1), V.reshape(-1), out.reshape(-1)), nthreads)
+    return out
+
+
+def _paged_plan(kernels, Q, K, V, table, lens, keywords):
+    """(plan, threads) of attention_paged on the rows path: an item a (sequence, query head, piece
+    of its queries), a unit the pieces of one K/V head's group that the kernel takes together
+    (at most _plan.ROWS_MAX rows), its keys in pages; the table of pages lists each sequence's
+    pages for each K/V head (K, V offsets of the page's row 0) once, the units of the pair sharing it."""
+    (B, Hq, Sq, dk), (_, Hkv, P, dv) = Q.shape, V.shape
+    g = Hq // Hkv
+    hc = min(g, _plan_mod.ROWS_MAX)  # heads of a group a unit takes, and queries a piece
+    L = max(1, _plan_mod.ROWS_MAX // hc)
+    npieces, nhc = -(-Sq // L), -(-g // hc)
+    npages = -(-lens // P)  # each sequence's pages
+    # the table of pages: sequence b, K/V head h: its pages in order, from row first[b, h]
+    first = (np.cumsum(np.repeat(npages, Hkv)) - np.repeat(npages, Hkv)).reshape(B, Hkv)
+    pb = np.repeat(np.arange(B), npages * Hkv)
+    ph = np.repeat(np.tile(np.arange(Hkv), B), np.repeat(npages, Hkv))
+    pi = np.arange(len(pb)) - first[pb, ph]
+    row0 = (table[pb, pi] * Hkv + ph) * P  # the page's row 0 in the pool's rows
+    pages = np.stack([row0 * dk, row0 * dv], 1).astype(np.int64)
+    b, h, piece = (a.reshape(-1) for a in np.meshgrid(np.arange(B), np.arange(Hq), np.arange(npieces),
+                                                         indexing="ij"))
+    items = np.zeros(len(b), _plan_mod.ITEM)
+    row = (b * Hq + h) * Sq + piece * L
+    items["q"], items["out"] = row * dk, row * dv
+    items["k"] = items["v"] = first[b, h // g]
+    items["sq"], items["sk"] = np.minimum(L, Sq - piece * L), lens[b]
+    items["pos"] = lens[b] - Sq + piece * L
+    items["unit"] = ((b * Hkv + h // g) * npieces + piece) * nhc + (h % g) // hc
+    if keywords["alibi_slopes"] is not None:
+        items["slope"] = keywords["alibi_slopes"][h]
+    # the operands as placeholders of their size (the call's arrays are bound to the kept plan)
+    parts = [(_placeholder((a.size,), Q.dtype), None, d) for a, d in ((Q, dk), (K, dk), (V, dv))]
+    parts += [(_NO_MASK, None, 0), (_NO_BIAS_ROWS[Q.dtype], None, 0)]
+    out = _placeholder((B, Hq, Sq, dv), Q.dtype)  # the call's is bound to the kept plan
+    plan, nthreads = _finish(kernels, parts, items, B * Hkv * npieces * nhc, out, dk, dv, keywords["scale"],
+                             keywords["softcap"], keywords["causal"], keywords["window"],
+                             keywords["alibi_slopes"] is not None, pages, P)
+    if plan.path != "rows":
+        raise AssertionError("a paged plan takes the rows path")
+    plan.derived = {}
+    return plan, nthreads
 
 
 # ---------------------------------------------------------------- rows as offsets (rope, silu_mul)

@@ -29,6 +29,10 @@ and the work, in one of two shapes chosen here by shape (ggml's rule: one op, th
                         threads share, then merged per group; stream: its K/V rows exceed half of
                         the last-level cache (LLC_BYTES), so they come from memory: the C kernel
                         prefetches the next block's K rows while it computes on this one.
+A paged plan (attention_paged: each sequence's keys in pages of a shared pool) takes the rows path
+with page_keys, the keys a page holds, and pages (int64 (n, 2)): the K and V element offsets of
+every unit's pages in order, a unit's k then naming its first page there (key j of the unit is row
+j % page_keys of page k + j // page_keys) and its chunks cut at page boundaries.
 """
 import dataclasses
 
@@ -108,6 +112,8 @@ class Plan:
     chunks: np.ndarray = None
     parts: int = 0  # rows x (d_v + 2) values of partial results the rows path needs
     stream: bool = False  # the rows path's K/V rows exceed LLC_BYTES / 2: prefetch ahead
+    page_keys: int = 0  # a paged plan's keys a page (0: not paged)
+    pages: np.ndarray = None  # a paged plan's pages: int64 (n, 2), K and V offsets of each page's row 0
     derived: dict = None  # a kept plan's (silkattn._cache) {backend: what it derives from the plan}:
     #                       kept with it, shared by its bound copies; None: a plan made for one call
 
@@ -207,15 +213,16 @@ def _rows_path(plan):
     it, units = plan.items, plan.units
     plan.path = "rows"
     key = ("row layout", it["sq"].tobytes(), it["pos"].tobytes(), it["unit"].tobytes(), units["sk"].tobytes(),
-           plan.left, plan.right)
+           plan.left, plan.right, min(plan.page_keys, CHUNK_KEYS))
     plan.groups, plan.rows, plan.chunks, plan.parts = _cache.get(key, lambda: _row_layout(*key[1:]))
     keys = int((plan.chunks["j1"] - plan.chunks["j0"]).sum())
     plan.stream = keys * (plan.dk + plan.dv) * plan.k.dtype.itemsize > LLC_BYTES // 2
 
 
-def _row_layout(sq, pos, unit, usk, left, right):
+def _row_layout(sq, pos, unit, usk, left, right, step=0):
     """(GROUPs, ROWs, CHUNKs, partial-result values / (d_v + 2)) of the rows path: one group per
-    unit, its rows the (item, query) pairs that read it, its visible keys cut into CHUNK_KEYS."""
+    unit, its rows the (item, query) pairs that read it, its visible keys cut into CHUNK_KEYS from
+    the first, or (step > 0, a paged plan's: step divides the page) at the multiples of step."""
     sq, pos, unit, usk = (np.frombuffer(a, _I8) for a in (sq, pos, unit, usk))
     by_unit = np.argsort(unit, kind="stable")
     row_item = np.repeat(by_unit, sq[by_unit])
@@ -229,7 +236,8 @@ def _row_layout(sq, pos, unit, usk, left, right):
     np.maximum.at(last, unit[row_item], p)
     j0, j1 = key_range(first, last, usk, left, right)
     j0, j1 = np.where(nrows > 0, j0, 0), np.where(nrows > 0, j1, 0)
-    nchunks = np.where(j1 > j0, -(-(j1 - j0) // CHUNK_KEYS), 0)
+    size, base = (step, j0 // step * step) if step else (CHUNK_KEYS, j0)  # chunk c starts at base + c size
+    nchunks = np.where(j1 > j0, -(-(j1 - base) // size), 0)
     nchunks = np.where((nrows > 0) & (nchunks == 0), 1, nchunks)  # no visible key: one empty chunk
     groups = np.empty(len(usk), GROUP)
     groups["unit"], groups["row0"], groups["nrows"] = np.arange(len(usk)), row0, nrows
@@ -237,8 +245,9 @@ def _row_layout(sq, pos, unit, usk, left, right):
     g = np.repeat(np.arange(len(usk), dtype=_I8), nchunks)
     c = np.arange(len(g), dtype=_I8) - groups["chunk0"][g]
     chunks = np.empty(len(g), CHUNK)
-    chunks["group"], chunks["j0"] = g, np.minimum(j0[g] + c * CHUNK_KEYS, j1[g])
-    chunks["j1"] = np.minimum(chunks["j0"] + CHUNK_KEYS, j1[g])
+    chunks["group"] = g
+    chunks["j0"] = np.minimum(np.maximum(base[g] + c * size, j0[g]), j1[g])
+    chunks["j1"] = np.minimum(base[g] + (c + 1) * size, j1[g])
     chunks["part"] = np.cumsum(nrows[g]) - nrows[g]
     rows = np.empty(len(row_item), ROW)
     rows["item"], rows["i"] = row_item, row_i

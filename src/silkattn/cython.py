@@ -1,8 +1,8 @@
 """The Cython (OpenMP) backend: compiled, multithreaded kernels (kernels/ -> silkattn._cy).
 
 Exports its Kernels record and the ops of silkattn.ops run on it alone: silkattn.cython.attention,
-softmax, layer_norm, attention_varlen, linear, bias_relu, bias_gelu, add_layer_norm, rms_norm,
-add_rms_norm, rope, silu_mul, matmul_int8.
+softmax, layer_norm, attention_varlen, attention_paged, linear, bias_relu, bias_gelu, add_layer_norm,
+rms_norm, add_rms_norm, rope, silu_mul, matmul_int8.
 """
 from . import ops
 from ._backends import Kernels, TileGeometry

@@ -52,6 +52,19 @@ def attention_varlen(Q, K, V, cu_seqlens, *, causal=False, cu_seqlens_k=None, sc
                                  alibi_slopes=alibi_slopes, window=window, out=out)
 
 
+def attention_paged(Q, K_pages, V_pages, page_table, seq_lens, *, causal=True, scale=None, softcap=None,
+                    alibi_slopes=None, window=None, out=None):
+    """attention of B sequences whose keys sit in pages of a shared pool (a paged KV cache): Q (B, Hq,
+    Sq, d_k) holds the queries of each sequence's last Sq positions (a decoding step: Sq = 1); the
+    seq_lens[b] keys of sequence b are, in order, the rows of pages page_table[b, 0], page_table[b,
+    1], ... of K_pages (n_pages, Hkv, P, d_k) and V_pages (n_pages, Hkv, P, d_v), read in place.
+    -> (B, Hq, Sq, d_v). Causal by default; the other keywords are attention's. P: at most 256 keys
+    or a multiple of 256. The semantics are silkattn.reference.attention_paged's."""
+    return _api.attention_paged(_backends.kernels(), Q, K_pages, V_pages, page_table, seq_lens, causal=causal,
+                                scale=scale, softcap=softcap, alibi_slopes=alibi_slopes, window=window,
+                                out=out)
+
+
 def linear(X, W, b=None, *, out=None):
     """X W + b (b optional) over X's last axis: numpy's matmul, except that a few rows of X (a
     decoding step) run silkattn's matrix-vector kernel, which streams W once on silkattn's threads.
@@ -165,9 +178,9 @@ def layer_step(step, x, pos):
     return _api.layer_step(_backends.kernels(), step, x, pos)
 
 
-OPS = ("softmax", "layer_norm", "attention", "attention_varlen", "linear", "matmul_int8", "bias_relu",
-       "bias_gelu", "add_layer_norm", "rms_norm", "add_rms_norm", "rope", "silu_mul", "gelu_tanh_mul",
-       "gate_mul", "layer_step")
+OPS = ("softmax", "layer_norm", "attention", "attention_varlen", "attention_paged", "linear", "matmul_int8",
+       "bias_relu", "bias_gelu", "add_layer_norm", "rms_norm", "add_rms_norm", "rope", "silu_mul",
+       "gelu_tanh_mul", "gate_mul", "layer_step")
 
 
 def bind(kernels):

@@ -106,6 +106,20 @@ def attention_varlen(Q, K, V, cu_seqlens, causal=False, *, cu_seqlens_k=None, **
     return out
 
 
+def attention_paged(Q, K_pages, V_pages, page_table, seq_lens, *, causal=True, **keywords):
+    """attention of each sequence b over its own seq_lens[b] keys, kept in pages of a shared pool:
+    key j of sequence b is row j % P of page page_table[b, j // P] of K_pages and V_pages
+    (n_pages, Hkv, P, d). Q (B, Hq, Sq, d_k): the queries of the last Sq positions of each
+    sequence (a decoding step: Sq = 1). keywords: attention's scale, softcap, alibi_slopes, window."""
+    B, P = len(Q), K_pages.shape[-2]
+    out = []
+    for b in range(B):
+        n, pages = int(seq_lens[b]), page_table[b, :-(-int(seq_lens[b]) // P)]
+        K, V = (np.concatenate(list(a[pages]), -2)[..., :n, :] for a in (K_pages, V_pages))
+        out.append(attention(Q[b], K, V, causal=causal, q_offset=n - Q.shape[-2], **keywords))
+    return np.stack(out) if out else np.zeros(Q.shape[:-1] + V_pages.shape[-1:], Q.dtype)
+
+
 def multi_head(X, Wq, Wk, Wv, Wo, h, mask=None, memory=None):  # X: (..., seq, d); W*: (d, d)
     """concat_i attention(X Wq_i, M Wk_i, M Wv_i, mask) Wo, with h heads of d_k = d / h and
     M = X (self-attention) or M = memory (cross-attention: keys and values from another sequence)."""

@@ -103,14 +103,17 @@ Operands = namedtuple("Operands", ["q", "k", "v", "mask", "bias", "out", "kp", "
 # int64 (n, fields) views of the plan's tables (their columns named above); nslopes: the items'
 # -slope in the call's dtype; tile0[u]: unit u's first packed tile, tile_unit[w]: the unit of tile w;
 # tasks (tiles path) or groups, rows, chunks (rows path), the other path's empty.
+# pages: a paged plan's (K, V) offsets of its pages' first rows (int64 (n, 2); (0, 2) when not paged)
 Tables = namedtuple("Tables", ["items", "nslopes", "units", "tile0", "tile_unit", "tasks", "groups", "rows",
-                               "chunks"])
+                               "chunks", "pages"])
 # the operands' row steps, d_k, d_v, d_v padded to the P V micro-kernel's registers (tiles path), the
 # scale and softcap in the call's dtype (every score is computed in it), the window, the features,
 # and the threads (Numba's current count, passed in: numba.get_num_threads() in jitted code would
 # make the function uncachable)
+# page_keys: a paged plan's keys a page (0: not paged)
 Scalars = namedtuple("Scalars", ["rs_q", "rs_k", "rs_v", "rs_mask", "rs_bias", "dk", "dv", "dvp", "scale",
-                                 "cap", "left", "right", "has_mask", "has_bias", "has_alibi", "nthreads"])
+                                 "cap", "left", "right", "has_mask", "has_bias", "has_alibi", "nthreads",
+                                 "page_keys"])
 
 
 if numba.config.DISABLE_JIT:
@@ -215,12 +218,25 @@ def _features(S, s0, n, npad, j0, p, sc, bias, mask, at, nslope, windowed):
         S[uidx(s0 + j)] = -np.inf
 
 
+@_jit(inline="always")
+def _key_base(tb, sc, ku, vu, j):
+    """(K, V) offsets from which key j of the unit whose k, v fields are ku, vu sits at + j rs_k
+    (+ j rs_v): the unit's own, or in a paged plan those of j's page (its keys are consecutive rows;
+    ku names the unit's first page)."""
+    if sc.page_keys == 0:
+        return ku, vu
+    page = j // sc.page_keys
+    first = page * sc.page_keys
+    return tb.pages[ku + page, 0] - first * sc.rs_k, tb.pages[ku + page, 1] - first * sc.rs_v
+
+
 @_jit()
-def _exact_row(op, sc, ob, qrow, krow, vrow, mrow, brow, p, sk, nslope, row):
+def _exact_row(op, tb, sc, ob, qrow, kv, mrow, brow, p, sk, nslope, row):
     """One query row the plain two-pass way over all its sk keys, every feature as in the
     reference and hidden scores = MASKED: for the rare rows whose final max is below EXACT_BELOW
     (e.g. every key hidden, which gives mean(V)), where the skipped and zero-flushed hidden keys
-    would have counted. The query at qrow, key j at krow + j * rs_k (v likewise), its mask and bias
+    would have counted. The query at qrow, key j at k + j * rs_k (v likewise) from kv = (k, v), the
+    item's fields (_key_base: a paged plan's pages), its mask and bias
     at mrow + j and brow + j; p: its position; out[ob : ob + dv]: the result; row: >= sk scratch."""
     q, k, v, mask, bias, out = op.q, op.k, op.v, op.mask, op.bias, op.out
     rs_k, rs_v, dk, dv = sc.rs_k, sc.rs_v, sc.dk, sc.dv
@@ -229,8 +245,9 @@ def _exact_row(op, sc, ob, qrow, krow, vrow, mrow, brow, p, sk, nslope, row):
     zero = scale - scale
     for j in range(sk):
         s = zero
+        kb = _key_base(tb, sc, kv[0], kv[1], j)[0] + j * rs_k
         for d in range(dk):
-            s += q[qrow + d] * k[krow + j * rs_k + d]
+            s += q[qrow + d] * k[kb + d]
         s = s * scale
         if cap > 0:
             s = cap * math.tanh(s / cap)
@@ -251,8 +268,9 @@ def _exact_row(op, sc, ob, qrow, krow, vrow, mrow, brow, p, sk, nslope, row):
     for d in range(dv):
         out[ob + d] = 0
     for j in range(sk):
+        vb = _key_base(tb, sc, kv[0], kv[1], j)[1] + j * rs_v
         for d in range(dv):
-            out[ob + d] += row[j] * v[vrow + j * rs_v + d]
+            out[ob + d] += row[j] * v[vb + d]
     for d in range(dv):
         out[ob + d] = out[ob + d] / total
 
@@ -464,8 +482,9 @@ def _tile_out(b, q0, nq, op, tb, sc, acc, mrun, lrun, buf):
         i = q0 + r
         ob = items[b, IT_OUT] + i * dv
         if mrun[r] < EXACT_BELOW:
-            _exact_row(op, sc, ob, qb + i * sc.rs_q, items[b, IT_K], items[b, IT_V], mb + i * sc.rs_mask,
-                       bb + i * sc.rs_bias, pos + i, sk, tb.nslopes[b], buf[o_row:o_row + sk])
+            _exact_row(op, tb, sc, ob, qb + i * sc.rs_q, (items[b, IT_K], items[b, IT_V]),
+                       mb + i * sc.rs_mask, bb + i * sc.rs_bias, pos + i, sk, tb.nslopes[b],
+                       buf[o_row:o_row + sk])
         else:
             inv = lrun[r]
             for d in range(dv):
@@ -607,16 +626,18 @@ def _chunk(c, op, tb, sc, buf):
         parts[pb] = -np.inf
         for x in range(pb + 1, pb + dv + 2):
             parts[x] = 0
+    # the chunk's keys (in a paged plan, one page's)
+    kb0, vb0 = _key_base(tb, sc, units[u, UN_K], units[u, UN_V], j0)
     k0 = j0
     while k0 < j1:
         nb = min(DEC_BLOCK, j1 - k0)
-        _rows_qk(qv, dkr, nr, k, units[u, UN_K] + k0 * rs_k, rs_k, dk, nb, s)
+        _rows_qk(qv, dkr, nr, k, kb0 + k0 * rs_k, rs_k, dk, nb, s)
         for r in range(nr):
             b, i = rows[row0 + r, RW_ITEM], rows[row0 + r, RW_I]
             at = (items[b, IT_BIAS] + i * sc.rs_bias + k0, items[b, IT_MASK] + i * sc.rs_mask + k0)
             _row_softmax(s, r * LDS, nb, k0, items[b, IT_POS] + i, parts, (part0 + r) * (dv + 2), sc, bias,
                          mask, at, nslopes[b])
-        _rows_pv(s, nr, nb, v, units[u, UN_V] + k0 * sc.rs_v, sc.rs_v, dv, parts, part0 * (dv + 2) + 2)
+        _rows_pv(s, nr, nb, v, vb0 + k0 * sc.rs_v, sc.rs_v, dv, parts, part0 * (dv + 2) + 2)
         k0 += nb
 
 
@@ -642,11 +663,13 @@ def _chunk_row(c, op, tb, sc, buf):
         parts[x] = 0
     p = items[b, IT_POS] + i
     nslope = tb.nslopes[b]
+    # the chunk's keys (in a paged plan, one page's)
+    kb0, vb0 = _key_base(tb, sc, units[u, UN_K], units[u, UN_V], j0)
     k0 = max(j0, p - left)   # the row's window within the chunk (the other keys would weigh 0)
     kend = min(j1, p + right + 1)
     while k0 < kend:
         nb = min(DEC_BLOCK, kend - k0)
-        kb = units[u, UN_K] + k0 * rs_k
+        kb = kb0 + k0 * rs_k
         j = 0
         while j + 4 <= nb:
             _qk_1x4(qv, 0, k, kb + j * rs_k, rs_k, dk, dkv, s, j)
@@ -661,7 +684,7 @@ def _chunk_row(c, op, tb, sc, buf):
             s[jt] = s0
         at = (items[b, IT_BIAS] + i * sc.rs_bias + k0, items[b, IT_MASK] + i * sc.rs_mask + k0)
         _row_softmax(s, 0, nb, k0, p, parts, pb, sc, bias, mask, at, nslope)
-        vb = units[u, UN_V] + k0 * rs_v
+        vb = vb0 + k0 * rs_v
         cc = 0
         while cc + 4 * W <= dvv:
             _pv_1x4(s, 0, nb, v, vb + cc, rs_v, parts, pb + 2 + cc)
@@ -890,7 +913,7 @@ def _merge(g, op, tb, sc, buf):
                 m = mc
         if m < EXACT_BELOW:
             sk = items[b, IT_SK]
-            _exact_row(op, sc, ob, items[b, IT_Q] + i * sc.rs_q, items[b, IT_K], items[b, IT_V],
+            _exact_row(op, tb, sc, ob, items[b, IT_Q] + i * sc.rs_q, (items[b, IT_K], items[b, IT_V]),
                        items[b, IT_MASK] + i * sc.rs_mask, items[b, IT_BIAS] + i * sc.rs_bias,
                        items[b, IT_POS] + i, sk, tb.nslopes[b], buf[o_row:o_row + sk])
             continue

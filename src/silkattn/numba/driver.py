@@ -83,7 +83,8 @@ def attention(plan, num_threads):
     # signature per dtype and operand layout
     scalars = (int(plan.rs_q), int(plan.rs_k), int(plan.rs_v), int(plan.rs_mask), int(plan.rs_bias), plan.dk,
                plan.dv, t.dvp, dtype.type(plan.scale), dtype.type(plan.softcap), int(plan.left),
-               int(plan.right), bool(plan.has_mask), bool(plan.has_bias), bool(plan.has_alibi), nthreads)
+               int(plan.right), bool(plan.has_mask), bool(plan.has_bias), bool(plan.has_alibi), nthreads,
+               int(plan.page_keys))
     none = _NONE[dtype.char]
     if plan.path == "rows":
         parts = _workspace("parts", (plan.parts * (plan.dv + 2),), dtype)
@@ -129,6 +130,7 @@ class _Tables(NamedTuple):
 
 
 _EMPTY = np.zeros((0, 1), np.int64)
+_NO_PAGES = np.zeros((0, 2), np.int64)
 
 
 def _tables(plan):
@@ -145,7 +147,8 @@ def _tables(plan):
         scratch = _attention.rows_scratch(plan.dk, plan.sk_max)
     else:
         scratch = _attention.tile_scratch(plan.dk, dvp, plan.sk_max)[-1]
-    tables = (_int_table(plan.items), nslopes, units, tile0, tile_unit) + work
+    pages = _NO_PAGES if plan.pages is None else np.ascontiguousarray(plan.pages, np.int64)
+    tables = (_int_table(plan.items), nslopes, units, tile0, tile_unit) + work + (pages,)
     return _Tables(tables, int(ntiles_u.sum()), dvp, scratch)
 
 
