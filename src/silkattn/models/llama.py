@@ -30,7 +30,7 @@ import numpy as np
 from .. import _aligned, ops, quant
 from .. import _checks as check
 from .. import reference as ref
-from . import gguf
+from . import batch, gguf
 from .family import FamilyConfig
 
 LlamaConfig = FamilyConfig  # the config of every architecture of the family (models/family.py)
@@ -213,9 +213,36 @@ class Llama:
         c = self.config
         if fused and len(ids) == 1 and self._fused:
             return self._step(steps or self.layer_steps(cache), int(ids[0]), start)
-        n, end, hq, hkv, dh = len(ids), start + len(ids), c.h, c.h_kv, c.d_head
-        positions = np.arange(start, end)
-        X = self._embed(ids)  # (n, d)
+        end = start + len(ids)
+
+        def attend(i, q, k, v):  # the new K, V into the layer's cache, then q's attention over it
+            return self._cached_attention(q, k, v, cache[i], start, end - q.shape[1], c.window(i))
+        H = self._layers(self._embed(ids), np.arange(start, end), attend, last_only)
+        return ops.linear(H, self.head)
+
+    def _run_batch(self, ids, positions, pool, table, lengths):  # -> logits (B, vocab)
+        """One token of each of B sequences at its own position, in one pass over the weights: ids,
+        positions (B,); the sequences' caches are pages of `pool` (a batch.KVPool), table (B, pages)
+        their page ids and lengths (B,) = positions + 1 their keys once this token's are written."""
+        c, P = self.config, pool.page_keys
+        page, slot = table[np.arange(len(ids)), positions // P], positions % P
+
+        def attend(i, q, k, v):  # q (hq, B, dh), k, v (hkv, B, dh)
+            K, V = pool.layer(i)
+            K[page, :, slot], V[page, :, slot] = k.swapaxes(0, 1), v.swapaxes(0, 1)
+            w = c.window(i)
+            A = ops.attention_paged(q.swapaxes(0, 1)[:, :, None], K, V, table, lengths, scale=c.scale,
+                                    window=None if w is None else (w - 1, -1))
+            return A[:, :, 0].swapaxes(0, 1)
+        return ops.linear(self._layers(self._embed(ids), positions, attend), self.head)
+
+    def _layers(self, X, positions, attend, last_only=False):  # -> (rows, d), the final norm's output
+        """X (n, d), the embedded tokens at `positions` (n,), through every layer; attend(i, q, k,
+        v) -> A: layer i's attention of q (hq, rows, dh) after keeping k, v (hkv, n, dh) in its cache,
+        A (hq, rows, dh). last_only: the last layer's attention and what follows take the last row
+        alone (the others reach no logit)."""
+        c = self.config
+        n, hq, hkv, dh = len(X), c.h, c.h_kv, c.d_head
         H = ops.rms_norm(X, self.layers[0].attn_norm, c.eps)
         for i, L in enumerate(self.layers):
             qkv = _linear(H, L.wqkv)  # (n, (hq + 2 hkv) dh): Q heads, K heads, V heads
@@ -227,18 +254,18 @@ class Llama:
                                      ops.rms_norm(qk[hq:], L.k_norm, c.eps)])
             base, factors = c.layer_rope(i)
             ops.rope(qk, positions, base, factors, out=qk)
-            q, first = qk[:hq], start
-            if last_only and i + 1 == c.n_layers:  # the last layer's other rows reach no logit: skip them
-                q, first, X = q[:, -1:], end - 1, X[-1:]
+            q = qk[:hq]
+            if last_only and i + 1 == c.n_layers:
+                q, X = q[:, -1:], X[-1:]
             v = qkv[:, (hq + hkv) * dh:].reshape(n, hkv, dh).swapaxes(0, 1)
-            A = self._cached_attention(q, qk[hq:], v, cache[i], start, first, c.window(i))  # (hq, rows, dh)
+            A = attend(i, q, qk[hq:], v)  # (hq, rows, dh)
             X, H = self._residual(X, _linear(A.swapaxes(0, 1).reshape(len(X), -1), L.wo), L.post_attn_norm,
                                   L.ffn_norm)
             G = _linear(H, L.wgu)  # (n, 2 d_ff): gate | up
             F = _linear(ops.gate_mul(G[:, :c.d_ff], G[:, c.d_ff:], c.family.activation), L.wd)
             X, H = self._residual(X, F, L.post_ffn_norm,
                                   self.layers[i + 1].attn_norm if i + 1 < c.n_layers else self.norm)
-        return ops.linear(H[-1:] if last_only else H, self.head)
+        return H
 
     def _cached_attention(self, q, k, v, cache, start, first, w):
         """k, v (hkv, n, dh) of positions start .. end written to the layer's cache (K, V), then q's
@@ -295,6 +322,36 @@ class Llama:
         """Up to max_new_tokens new token ids after ids (fewer if EOS came, unless ignore_eos):
         greedy at temperature 0, else sampled from softmax(logits / temperature) cut to top_k and top_p."""
         return list(self._tokens(ids, max_new_tokens, temperature, top_k, top_p, seed, ignore_eos))
+
+    def generate_batch(self, prompts, max_new_tokens, *, temperature=0.0, top_k=None, top_p=None, seed=None,
+                       ignore_eos=False, max_batch=16, cache_tokens=None, cache_bytes=None,
+                       page_keys=batch.PAGE_KEYS):  # -> [list[int]], the new ids of each prompt
+        """generate() for many prompts (lists of token ids) at once: the live sequences advance
+        together, one pass over the weights a step, each at its own position over its own pages of
+        one KV cache pool (models.batch); sequences that end leave and waiting ones join between steps
+        (continuous batching), at most max_batch at a time. max_new_tokens and each sampling keyword
+        is one value for all or a list of one per prompt; each sequence samples with its own seed,
+        so its tokens are those generate(prompt, ...) gives. The pool holds cache_tokens positions
+        (or cache_bytes; default: max_batch sequences of the context) in pages of page_keys.
+        self.stats: the batch's steps, prompt and new tokens, prefill and decode seconds."""
+        prompts = list(prompts)
+        settings = {"max_new_tokens": max_new_tokens, "temperature": temperature, "top_k": top_k,
+                    "top_p": top_p, "seed": seed, "ignore_eos": ignore_eos}
+        for name, value in settings.items():
+            if isinstance(value, (list, tuple, np.ndarray)):
+                if len(value) != len(prompts):
+                    raise ValueError(f"{name} must be one value or one per prompt ({len(prompts)}), got "
+                                     f"{len(value)} values")
+            else:
+                settings[name] = [value] * len(prompts)
+        runner = batch.Batch(self, max_batch, cache_tokens=cache_tokens, cache_bytes=cache_bytes,
+                             page_keys=page_keys)
+        seqs = [runner.submit(p, **{name: values[i] for name, values in settings.items()})
+                for i, p in enumerate(prompts)]
+        while not runner.idle:
+            runner.step()
+        self.stats = dict(runner.stats, sequences=len(seqs))
+        return [list(seq.new) for seq in seqs]
 
     def complete(self, text, max_new_tokens=128, **sampling):  # -> str
         """The text written after `text` (sampling: generate's keywords); the closing EOS is not written."""

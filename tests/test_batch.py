@@ -1,0 +1,147 @@
+"""generate_batch and its scheduler (silkattn.models.batch): many sequences decoded together over a
+paged KV cache give, token for token, what generate gives each alone, on every backend and
+architecture of the family; sequences join and leave between steps; one that would not fit waits;
+pages come back; bad arguments are named."""
+import numpy as np
+import pytest
+
+from silkattn.models import batch, llama
+
+import llama_files
+
+PROMPTS = [[5], [1, 70, 80, 90], list(range(3, 30)), [200, 3, 3, 3, 3, 64, 250, 7, 1, 2], [9, 9], [40] * 12]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("batch")
+    paths = {"llama-Q4_1": ("Q4_1", {}), "mqa-F16": ("F16", {"h": 8, "h_kv": 1, "n_layers": 3}),
+             "qwen2-Q8_0": ("Q8_0", {"arch": "qwen2"}),
+             "gemma3-window-Q8_0": ("Q8_0", {"arch": "gemma3", "n_layers": 3, "window": 8, "d_head": 24})}
+    for name, (kind, kw) in paths.items():
+        paths[name] = str(root / f"{name}.gguf")
+        llama_files.write(paths[name], kind, context=96, **kw)
+    return paths
+
+
+@pytest.mark.parametrize("name", ["llama-Q4_1", "mqa-F16", "qwen2-Q8_0", "gemma3-window-Q8_0"])
+def test_batch_greedy_is_generate_one_at_a_time(files, name, on_backend, threads):
+    """Fewer slots than prompts, small pages, lengths of their own: sequences join as others leave."""
+    model = llama.load(files[name])
+    new = [20, 7, 33, 1, 12, 25]
+    alone = [model.generate(p, n, ignore_eos=True) for p, n in zip(PROMPTS, new)]
+    together = model.generate_batch(PROMPTS, new, ignore_eos=True, max_batch=4, page_keys=4)
+    assert together == alone
+    assert model.stats["new_tokens"] == sum(new) and model.stats["sequences"] == len(PROMPTS)
+    assert model.stats["prompt_tokens"] == sum(map(len, PROMPTS))
+
+
+def test_batch_of_int8_activations_follows_the_model(files, on_backend):
+    """int8 activations: rounding x to 8 bits turns the last-bit differences of two summation orders
+    into steps of d_x w (here up to 0.04 in a logit), so tokens are not compared across paths; each
+    step's logits are the forward pass's over the same ids (the GEMM path), within that."""
+    model = llama.load(files["llama-Q4_1"], activations="int8")
+    runner = batch.Batch(model, max_batch=4, cache_tokens=256, page_keys=16)
+    seqs = [runner.submit(p, 12, ignore_eos=True) for p in PROMPTS]
+    logits = {s: [] for s in seqs}
+    next_token = runner._next
+    runner._next = lambda seq, row: (logits[seq].append(np.array(row)), next_token(seq, row))[1]
+    while not runner.idle:
+        runner.step()
+    for s in seqs:
+        expected = model.forward(list(s.ids) + s.new[:-1])[len(s.ids) - 1:]
+        assert len(s.new) == 12 and np.abs(np.array(logits[s]) - expected).max() < 0.1
+
+
+def test_each_sequence_samples_with_its_own_settings_and_seed(files):
+    model = llama.load(files["qwen2-Q8_0"])
+    temperature, seed = [1.5, 0.0, 0.8, 1.0, 2.0, 1.2], [7, 1, 2, 3, 3, 5]
+    top_k = [None, None, 5, 2, None, 40]
+    alone = [model.generate(p, 16, temperature=t, seed=s, top_k=k, ignore_eos=True)
+             for p, t, s, k in zip(PROMPTS, temperature, seed, top_k)]
+    together = model.generate_batch(PROMPTS, 16, temperature=temperature, seed=seed, top_k=top_k,
+                                    ignore_eos=True, max_batch=3)
+    assert together == alone
+    assert model.generate_batch(PROMPTS[:2], 16, temperature=1.5, seed=9, ignore_eos=True) == \
+        [model.generate(p, 16, temperature=1.5, seed=9, ignore_eos=True) for p in PROMPTS[:2]]
+
+
+def test_a_sequence_stops_at_eos_and_the_others_go_on(files):
+    """EOS made a token one sequence writes early: it leaves there, as generate stops, the others
+    go on to their max_new_tokens."""
+    model = llama.load(files["llama-Q4_1"])
+    full = [model.generate(p, 20, ignore_eos=True) for p in PROMPTS]
+    model.eos_id = full[2][3]
+    alone = [model.generate(p, 20) for p in PROMPTS]
+    assert len(alone[2]) == 4 and alone[2][-1] == model.eos_id
+    assert model.generate_batch(PROMPTS, 20, max_batch=3) == alone
+
+
+def test_sequences_wait_for_pages_and_give_them_back(files):
+    """A pool of 3 pages of 8: two sequences of 2 pages never run together, the one of 1 page waits
+    behind the second in line (first come, first served), then runs beside it; every page comes
+    back; the waiting never changes what a sequence writes."""
+    model = llama.load(files["llama-Q4_1"])
+    runner = batch.Batch(model, max_batch=8, cache_tokens=24, page_keys=8)
+    assert runner.pool.pages == 3 and runner.pool.free == 3
+    seqs = [runner.submit(p, 6, ignore_eos=True) for p in ([1, 2, 3, 4, 5], [6, 7, 8, 9, 10, 11], [12] * 2)]
+    most = 0
+    while not runner.idle:
+        runner.step()
+        most = max(most, len(runner.running))
+        assert runner.pool.free >= 0 and sum(len(s.pages) + s.reserved for s in runner.running) <= 3
+    assert most == 2  # the second and third together (2 + 1 pages), after the first
+    assert runner.pool.free == 3 and runner.pool.reserved == 0
+    for s, p in zip(seqs, ([1, 2, 3, 4, 5], [6, 7, 8, 9, 10, 11], [12] * 2)):
+        assert s.new == model.generate(p, 6, ignore_eos=True) and s.finish_reason == "length"
+
+
+def test_cancel_frees_the_pages(files):
+    model = llama.load(files["mqa-F16"])
+    runner = batch.Batch(model, max_batch=2, cache_tokens=64, page_keys=8)
+    a, b, c = (runner.submit(p, 30, ignore_eos=True) for p in PROMPTS[:3])
+    runner.step()
+    runner.step()
+    runner.cancel(a)
+    runner.cancel(c)  # still waiting
+    assert a.finish_reason == c.finish_reason == "cancelled" and a.pages == []
+    while not runner.idle:
+        runner.step()
+    assert b.new == model.generate(PROMPTS[1], 30, ignore_eos=True) and c.new == []
+    assert runner.pool.free == runner.pool.pages
+
+
+def test_pool_sizes_and_zero_new_tokens(files):
+    model = llama.load(files["llama-Q4_1"])
+    c = model.config
+    pool = batch.KVPool(c, nbytes=10 * c.n_layers * 2 * c.h_kv * 16 * c.d_head * 4 + 5, page_keys=16)
+    assert pool.pages == 10 and pool.nbytes == 10 * c.n_layers * 2 * c.h_kv * 16 * c.d_head * 4
+    assert batch.KVPool(c, tokens=33, page_keys=16).pages == 3
+    assert model.generate_batch([[1, 2], [3]], 0) == [[], []]
+    assert model.generate_batch([], 5) == []
+
+
+@pytest.mark.parametrize("kw, error, match", [
+    ({"max_new_tokens": [1, 2, 3]}, ValueError, "max_new_tokens must be one value or one per prompt"),
+    ({"seed": [1]}, ValueError, "seed must be one value or one per prompt"),
+    ({"max_batch": 0}, ValueError, "max_batch"),
+    ({"page_keys": 300}, ValueError, "page_keys must be at most 256"),
+    ({"cache_tokens": 8, "page_keys": 8, "max_new_tokens": 6}, ValueError, "raise cache_tokens"),
+    ({"cache_tokens": 64, "cache_bytes": 1 << 20}, ValueError, "one of them"),
+    ({"cache_bytes": 10}, ValueError, "holds no page"),
+    ({"temperature": -1.0}, ValueError, "temperature"),
+    ({"max_new_tokens": 95}, ValueError, "context length"),
+])
+def test_bad_batch_arguments(files, kw, error, match):
+    model = llama.load(files["llama-Q4_1"])
+    kw = {"max_new_tokens": 4, **kw}
+    with pytest.raises(error, match=match):
+        model.generate_batch([[1, 2, 3], [4, 5]], **kw)
+
+
+def test_bad_prompts_are_named(files):
+    model = llama.load(files["llama-Q4_1"])
+    with pytest.raises(ValueError, match="ids"):
+        model.generate_batch([[1, 2], [10 ** 6]], 3)
+    with pytest.raises(ValueError, match="ids"):
+        model.generate_batch([[1, 2], []], 3)
