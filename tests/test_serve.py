@@ -1,0 +1,242 @@
+"""python -m silkattn serve's app, live on the loopback (uvicorn in a thread, a small GGUF file): the
+official openai client gets what model.complete and model.chat write, streamed identically, also
+when many ask at once; every bad request is refused with its status and OpenAI's error body before
+it reaches the model; a client that drops a stream frees its slot; SIGINT ends the server. Every
+request is bounded in time."""
+import concurrent.futures
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("uvicorn", reason='pip install "silkattn[serve]"')
+openai = pytest.importorskip("openai", reason='pip install "silkattn[test]"')
+
+import uvicorn  # noqa: E402
+
+from silkattn import serve  # noqa: E402
+from silkattn.models import llama  # noqa: E402
+
+import llama_files  # noqa: E402
+
+KEY, NAME, TIMEOUT = "sekret", "tiny", 60
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def path(tmp_path_factory):
+    p = str(tmp_path_factory.mktemp("serve") / "tiny.gguf")
+    llama_files.write(p, "Q8_0", context=128)
+    return p
+
+
+@pytest.fixture(scope="module")
+def server(path):
+    """(base URL, app, model) of a live server on 127.0.0.1, stopped after the module."""
+    model = llama.load(path)
+    app = serve.create_app(model, NAME, max_batch=4, api_key=KEY)
+    port = _free_port()
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.time() + TIMEOUT
+    while not srv.started:
+        assert time.time() < deadline and thread.is_alive(), "the server did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}", app, model
+    srv.should_exit = True
+    thread.join(TIMEOUT)
+
+
+@pytest.fixture
+def client(server):
+    return openai.OpenAI(base_url=server[0] + "/v1", api_key=KEY, timeout=TIMEOUT, max_retries=0)
+
+
+def _raw(server, method, route, body=None, headers=None):  # -> (status, parsed JSON body)
+    url = server[0].removeprefix("http://")
+    conn = http.client.HTTPConnection(url, timeout=TIMEOUT)
+    data = body if isinstance(body, (str, bytes)) or body is None else json.dumps(body)
+    conn.request(method, route, data, {"Authorization": f"Bearer {KEY}", **(headers or {})})
+    r = conn.getresponse()
+    status, text = r.status, r.read()
+    conn.close()
+    return status, json.loads(text) if text else None
+
+
+MESSAGES = [[{"role": "user", "content": "the cat"}],
+            [{"role": "system", "content": "be brief"}, {"role": "user", "content": "héllo wörld"}],
+            [{"role": "user", "content": "a b c"}, {"role": "assistant", "content": "d"},
+             {"role": "user", "content": "e"}]]
+
+
+def test_health_and_models(server, client):
+    assert _raw(server, "GET", "/health", headers={"Authorization": ""}) == (200, {"status": "ok"})
+    assert [m.id for m in client.models.list().data] == [NAME]
+
+
+def test_completion_is_model_complete(server, client):
+    model = server[2]
+    r = client.completions.create(model=NAME, prompt="the cat", max_tokens=12, temperature=0)
+    assert r.choices[0].text == model.complete("the cat", 12)
+    assert r.usage.prompt_tokens == len(model.prompt_ids("the cat")) and r.usage.completion_tokens == 12
+    assert r.usage.total_tokens == r.usage.prompt_tokens + 12 and r.choices[0].finish_reason == "length"
+
+
+@pytest.mark.parametrize("messages", MESSAGES, ids=["user", "system", "turns"])
+def test_chat_is_model_chat_and_streams_the_same(server, client, messages):
+    model = server[2]
+    expected = model.chat(messages, 20)
+    r = client.chat.completions.create(model=NAME, messages=messages, max_tokens=20, temperature=0)
+    assert r.choices[0].message.content == expected and r.choices[0].message.role == "assistant"
+    chunks = list(client.chat.completions.create(model=NAME, messages=messages, max_tokens=20, temperature=0,
+                                                 stream=True, stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    reasons = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert text == expected and reasons == [r.choices[0].finish_reason]
+    assert chunks[-1].usage.completion_tokens == r.usage.completion_tokens
+
+
+def test_streamed_completion_ends_with_done(server):
+    url = server[0].removeprefix("http://")
+    conn = http.client.HTTPConnection(url, timeout=TIMEOUT)
+    conn.request("POST", "/v1/completions", json.dumps({"model": NAME, "prompt": "a", "max_tokens": 5,
+                                                        "temperature": 0, "stream": True}),
+                 {"Authorization": f"Bearer {KEY}"})
+    r = conn.getresponse()
+    events = [e for e in r.read().decode().split("\n\n") if e]
+    conn.close()
+    assert r.status == 200 and r.getheader("content-type").startswith("text/event-stream")
+    assert events[-1] == "data: [DONE]" and all(e.startswith("data: ") for e in events)
+    last = json.loads(events[-2][6:])
+    assert last["choices"][0]["finish_reason"] == "length"
+    text = "".join(json.loads(e[6:])["choices"][0]["text"] for e in events[:-1])
+    assert text == server[2].complete("a", 5)
+
+
+def test_concurrent_requests_are_each_what_they_would_be_alone(server, client):
+    """More requests than slots, each its own prompt, length and seed: the batch changes nothing."""
+    model = server[2]
+    asks = [(f"{w} " * (i % 4 + 1), 6 + 3 * i, i) for i, w in enumerate("abcdefgh")]
+
+    def ask(a):
+        prompt, n, seed = a
+        return client.completions.create(model=NAME, prompt=prompt, max_tokens=n, temperature=0.9, seed=seed)
+    with concurrent.futures.ThreadPoolExecutor(len(asks)) as pool:
+        answers = list(pool.map(ask, asks))
+    for (prompt, n, seed), r in zip(asks, answers):
+        assert r.choices[0].text == model.complete(prompt, n, temperature=0.9, seed=seed)
+
+
+def test_stop_strings(server, client):
+    model = server[2]
+    full = model.complete("the cat", 30)
+    stop = full[5:8]
+    r = client.completions.create(model=NAME, prompt="the cat", max_tokens=30, temperature=0, stop=[stop])
+    assert r.choices[0].text == full[:full.index(stop)] and r.choices[0].finish_reason == "stop"
+    chunks = client.completions.create(model=NAME, prompt="the cat", max_tokens=30, temperature=0, stop=stop,
+                                       stream=True)
+    assert "".join(c.choices[0].text for c in chunks) == full[:full.index(stop)]
+
+
+GOOD = {"model": NAME, "prompt": "a", "max_tokens": 4}
+
+
+@pytest.mark.parametrize("route, body, status, param", [
+    ("/v1/completions", "{not json", 400, None),
+    ("/v1/completions", "[1, 2]", 400, None),
+    ("/v1/completions", {"prompt": "a"}, 400, "model"),
+    ("/v1/completions", {**GOOD, "model": "gpt-4"}, 404, "model"),
+    ("/v1/completions", {**GOOD, "prompt": 5}, 400, "prompt"),
+    ("/v1/completions", {"model": NAME}, 400, "prompt"),
+    ("/v1/completions", {**GOOD, "max_tokens": 0}, 400, "max_tokens"),
+    ("/v1/completions", {**GOOD, "max_tokens": -3}, 400, "max_tokens"),
+    ("/v1/completions", {**GOOD, "max_tokens": "4"}, 400, "max_tokens"),
+    ("/v1/completions", {**GOOD, "max_tokens": True}, 400, "max_tokens"),
+    ("/v1/completions", {**GOOD, "temperature": 3}, 400, "temperature"),
+    ("/v1/completions", {**GOOD, "top_p": 0}, 400, "top_p"),
+    ("/v1/completions", {**GOOD, "n": 2}, 400, "n"),
+    ("/v1/completions", {**GOOD, "stop": ["a"] * 5}, 400, "stop"),
+    ("/v1/completions", {**GOOD, "stream": "yes"}, 400, "stream"),
+    ("/v1/completions", {**GOOD, "prompt": "x" * 200}, 400, "prompt"),
+    ("/v1/completions", {**GOOD, "max_tokens": 500}, 400, "prompt"),
+    ("/v1/chat/completions", {"model": NAME}, 400, "messages"),
+    ("/v1/chat/completions", {"model": NAME, "messages": []}, 400, "messages"),
+    ("/v1/chat/completions", {"model": NAME, "messages": [{"role": "robot", "content": "x"}]}, 400,
+     "messages[0]"),
+    ("/v1/chat/completions", {"model": NAME, "messages": [{"role": "user", "content": 3}]}, 400,
+     "messages[0]"),
+])
+def test_bad_requests_get_openai_errors(server, route, body, status, param):
+    got, answer = _raw(server, "POST", route, body)
+    assert got == status, answer
+    error = answer["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"] and error["param"] == param
+    assert error["type"] == "invalid_request_error"
+    assert server[1].state.silkattn["engine"].batch.idle  # nothing reached the model
+
+
+@pytest.mark.parametrize("headers", [{"Authorization": ""}, {"Authorization": "Bearer wrong"},
+                                     {"Authorization": f"Basic {KEY}"}])
+def test_a_wrong_or_missing_key_gets_401(server, headers):
+    for method, route, body in (("GET", "/v1/models", None), ("POST", "/v1/completions", GOOD),
+                                ("POST", "/v1/chat/completions", {"model": NAME, "messages": MESSAGES[0]})):
+        status, answer = _raw(server, method, route, body, headers)
+        assert status == 401 and answer["error"]["code"] == "invalid_api_key"
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=server[0] + "/v1", api_key="wrong", max_retries=0).models.list()
+
+
+def test_a_dropped_stream_frees_its_slot(server, client):
+    engine = server[1].state.silkattn["engine"]
+    sock = socket.create_connection(server[0].removeprefix("http://").split(":"), timeout=TIMEOUT)
+    body = json.dumps({"model": NAME, "prompt": "a", "max_tokens": 100, "temperature": 0, "stream": True})
+    sock.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
+                  f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}").encode())
+    got = b""
+    while b"data: " not in got:  # the stream has begun
+        chunk = sock.recv(4096)
+        assert chunk, "the server closed the stream"
+        got += chunk
+    sock.close()
+    deadline = time.time() + TIMEOUT
+    while not engine.batch.idle:
+        assert time.time() < deadline, "the dropped stream's sequence still runs"
+        time.sleep(0.05)
+    assert engine.batch.pool.free == engine.batch.pool.pages
+    r = client.completions.create(model=NAME, prompt="a", max_tokens=3, temperature=0)
+    assert r.choices[0].text == server[2].complete("a", 3)
+
+
+def test_sigint_stops_the_server(path):
+    port = _free_port()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.Popen([sys.executable, "-m", "silkattn", "serve", "--model", path, "--port", str(port),
+                             "--name", NAME], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.time() + TIMEOUT
+        while True:
+            assert time.time() < deadline and proc.poll() is None, "the server did not start"
+            try:
+                status, _ = _raw((f"http://127.0.0.1:{port}",), "GET", "/health")
+                break
+            except OSError:
+                time.sleep(0.1)
+        assert status == 200
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(TIMEOUT) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
