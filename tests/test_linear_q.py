@@ -11,7 +11,7 @@ import pytest
 
 import silkattn
 from silkattn import reference as ref
-from silkattn._api import LINEAR_ROWS
+from silkattn._api import FEW_ROWS, LINEAR_ROWS
 from silkattn.quant import KINDS, ROW_KINDS, QuantizedMatrix
 
 from conftest import f64
@@ -91,14 +91,14 @@ def random_blocks(rng, kind, n, k, scales=(1e-3, 1e-1)):
 
 def uses_kernel(backend, X):
     rows = X.size // X.shape[-1]
-    return backend.__name__ != "silkattn._numpy" and X.dtype == np.float32 and rows <= LINEAR_ROWS
+    return backend.__name__ != "silkattn._numpy" and X.dtype == np.float32 and rows <= FEW_ROWS
 
 
-SHAPES = [  # (lead of X, k, n): rows 1 .. 8 run the kernel, more numpy's matmul
+SHAPES = [  # (lead of X, k, n): rows 1 .. 32 run the kernel (8 a call), more numpy's matmul
     ((1,), 32, 1), ((2,), 64, 3), ((3,), 576, 17), ((4,), 1536, 64), ((5,), 32, 65), ((6,), 64, 576),
     ((7,), 576, 1000), ((8,), 1536, 65), ((), 576, 576), ((2, 3), 64, 17), ((1,), 1536, 1000),
     ((1,), 576, 65), ((8,), 576, 3), ((9,), 576, 64), ((4, 5), 32, 1), ((20,), 1536, 17),
-    ((300,), 576, 1000), ((2, 20), 1536, 700), ((9,), 32, 2000),  # a prefill: W a panel at a time
+    ((300,), 576, 1000), ((2, 20), 1536, 700), ((33,), 32, 2000),  # a prefill: W a panel at a time
 ]
 
 
@@ -261,8 +261,9 @@ def test_quantized_matrix_from_float(rng):
 
 
 def test_the_kernel_runs_for_a_few_float32_rows_only(backend, rng):
-    """The compiled backends' linear_q sees each call of 1 .. LINEAR_ROWS float32 rows, the blocks
-    themselves (no copy); more rows or float64 take numpy's matmul."""
+    """The compiled backends' linear_q sees 1 .. FEW_ROWS float32 rows in calls of at most
+    LINEAR_ROWS, the blocks themselves (no copy), each row's result the same in any call; more rows
+    or float64 take numpy's matmul."""
     import dataclasses
 
     from silkattn import _api
@@ -280,7 +281,13 @@ def test_the_kernel_runs_for_a_few_float32_rows_only(backend, rng):
         assert_close_q(_api.linear(kernels, X, W), X, W, None, True)
     assert [(shape, kind) for shape, _, kind in seen] == [((1, 64), 1), ((LINEAR_ROWS, 64), 1)]
     assert all(blocks is W.blocks for _, blocks, _ in seen)
-    _api.linear(kernels, rng.standard_normal((LINEAR_ROWS + 1, 64)).astype(np.float32), W)
+    X = rng.standard_normal((FEW_ROWS - 3, 64)).astype(np.float32)
+    Y = _api.linear(kernels, X, W)
+    calls = [(LINEAR_ROWS, 64)] * 3 + [(FEW_ROWS - 3 - 3 * LINEAR_ROWS, 64)]
+    assert [shape for shape, _, _ in seen[2:]] == calls
+    assert np.array_equal(Y, np.concatenate([_api.linear(kernels, x[None], W) for x in X]))
+    del seen[2:]
+    _api.linear(kernels, rng.standard_normal((FEW_ROWS + 1, 64)).astype(np.float32), W)
     _api.linear(kernels, rng.standard_normal((1, 64)), W)
     assert len(seen) == 2
 
