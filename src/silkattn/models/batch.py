@@ -8,8 +8,9 @@ table) and gives them back when it ends; nothing is copied as it grows.
 Batch is the scheduler. Sequences wait in the order they came; at each step() the first waiting
 ones join while fewer than max_batch run and the pool can hold their prompt and all their new
 tokens (reserved then, so that a running sequence never runs out of pages: one that would not fit
-waits, it neither fails nor takes another's), each joining sequence's prompt prefilled on its own
-(Llama._run, then its keys and values copied into its pages) to its first token; then every
+waits, it neither fails nor takes another's), the joining prompts prefilled together to their
+first tokens (Llama._prefill_batch: packed end to end, one pass over the weights, up to
+PREFILL_ROWS rows, each prompt's keys and values written straight to its pages); then every
 sequence already running writes one token, all of them in one pass over the weights
 (Llama._run_batch: the few-rows kernels or the GEMM over B rows, the attention of each over its own
 pages). A sequence leaves when it writes EOS (unless ignore_eos) or its max_new_tokens, or when it
@@ -27,6 +28,7 @@ from .. import _checks as check
 from .. import reference as ref
 
 PAGE_KEYS = 256  # positions a page: the attention kernel's chunk of keys (_plan.CHUNK_KEYS)
+PREFILL_ROWS = 2048  # the joining prompts' rows prefilled in one pass at most (a longer prompt alone)
 
 
 class KVPool:
@@ -166,7 +168,7 @@ class Batch:
     def step(self):  # -> [(sequence, token)] written in this step
         """Sequences join (each prefilled to its first token), then the running ones advance one
         token together."""
-        written, old = [], list(self.running)
+        written, old, joining = [], list(self.running), []
         self.stats["steps"] += 1
         while self.waiting and len(self.running) < self.max_batch:
             seq = self.waiting[0]
@@ -176,11 +178,22 @@ class Batch:
             self.waiting.pop(0)
             seq.reserved = need
             self.running.append(seq)
+            joining.append(seq)
+        while joining:  # their prompts packed, PREFILL_ROWS rows a pass at most
+            rows, n = len(joining[0].ids), 1
+            while n < len(joining) and rows + len(joining[n].ids) <= PREFILL_ROWS:
+                rows, n = rows + len(joining[n].ids), n + 1
+            group, joining = joining[:n], joining[n:]
             start = time.perf_counter()
-            logits = self._prefill(seq)
+            for seq in group:
+                for _ in range(self.pool.pages_for(len(seq.ids))):
+                    seq.pages.append(self.pool.take())
+                    seq.reserved -= 1
+            logits = self.model._prefill_batch([seq.ids for seq in group], self.pool,
+                                               [seq.pages for seq in group])
             self.stats["prefill_s"] += time.perf_counter() - start
-            self.stats["prompt_tokens"] += len(seq.ids)
-            written.append((seq, self._next(seq, logits)))
+            self.stats["prompt_tokens"] += rows
+            written += [(seq, self._next(seq, row)) for seq, row in zip(group, logits)]
         if old:
             start = time.perf_counter()
             for seq in old:  # the page this token's keys go to
@@ -197,22 +210,6 @@ class Batch:
             self.stats["batch_rows"] += len(old)
             written += [(seq, self._next(seq, row)) for seq, row in zip(old, logits)]
         return written
-
-    def _prefill(self, seq):  # -> the logits after the prompt
-        """The prompt through Llama._run over a cache of its own length, its keys and values then
-        copied into the sequence's pages."""
-        m, n, P = self.model, len(seq.ids), self.pool.page_keys
-        c = m.config
-        cache = [np.empty((2, c.h_kv, n, c.d_head), np.float32) for _ in range(c.n_layers)]
-        logits = m._run(seq.ids, cache, 0)[-1]
-        for _ in range(self.pool.pages_for(n)):
-            seq.pages.append(self.pool.take())
-        seq.reserved -= len(seq.pages)
-        for i, (K, V) in enumerate(cache):
-            for p, page in enumerate(seq.pages):
-                rows = min(P, n - p * P)
-                self.pool.data[i, :, page, :, :rows] = cache[i][:, :, p * P:p * P + rows]
-        return logits
 
     def _next(self, seq, logits):  # -> the token written
         token = ref.next_token(logits, seq.temperature, seq.top_k, seq.rng, seq.top_p)

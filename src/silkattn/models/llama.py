@@ -236,6 +236,25 @@ class Llama:
             return A[:, :, 0].swapaxes(0, 1)
         return ops.linear(self._layers(self._embed(ids), positions, attend), self.head)
 
+    def _prefill_batch(self, prompts, pool, tables):  # -> logits (B, vocab) after each prompt
+        """Prompts (arrays of ids) prefilled together, packed end to end: one pass over the weights
+        for all their rows, each prompt's keys and values written to its pages (tables: each one's
+        page ids, enough for it), each attending over its own rows (ops.attention_varlen)."""
+        c, P = self.config, pool.page_keys
+        lens = np.array([len(p) for p in prompts])
+        cu = np.concatenate([[0], np.cumsum(lens)])
+        positions = np.concatenate([np.arange(n) for n in lens])
+        page = np.concatenate([np.asarray(t)[np.arange(n) // P] for t, n in zip(tables, lens)])
+
+        def attend(i, q, k, v):  # q (hq, rows, dh), k, v (hkv, rows, dh)
+            K, V = pool.layer(i)
+            K[page, :, positions % P], V[page, :, positions % P] = k.swapaxes(0, 1), v.swapaxes(0, 1)
+            w = c.window(i)
+            return ops.attention_varlen(q, k, v, cu, causal=True, scale=c.scale,
+                                        window=None if w is None else (w - 1, -1))
+        H = self._layers(self._embed(np.concatenate(prompts)), positions, attend)
+        return ops.linear(H[cu[1:] - 1], self.head)
+
     def _layers(self, X, positions, attend, last_only=False):  # -> (rows, d), the final norm's output
         """X (n, d), the embedded tokens at `positions` (n,), through every layer; attend(i, q, k,
         v) -> A: layer i's attention of q (hq, rows, dh) after keeping k, v (hkv, n, dh) in its cache,
