@@ -123,10 +123,8 @@ def main():
     if args.child:
         return child(args)
     from silkattn import models
-    from silkattn._bench import machine
-    m = machine()
-    env = {k: os.environ.get(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
-    print(f"cpu: {m.get('cpu')} ({m.get('cpu_isa')}; silkattn {m.get('silkattn_isa')}), {env}")
+    from silkattn._bench import cpu_line
+    print(cpu_line())
     model = models.load(args.model)
     prompts = [list(map(int, ids)) for ids in _prompts(model.prompt_ids, args.sequences)]
     del model

@@ -157,10 +157,8 @@ def main():
     if args.child:
         return child(args)
     from silkattn import models
-    from silkattn._bench import machine
-    m = machine()
-    env = {k: os.environ.get(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
-    print(f"cpu: {m.get('cpu')} ({m.get('cpu_isa')}; silkattn {m.get('silkattn_isa')}), {env}")
+    from silkattn._bench import cpu_line
+    print(cpu_line())
     model = models.load(args.model)
     ids = model.prompt_ids(_prompt_text())[:PROMPT]
     print(f"{os.path.basename(args.model)}: {os.path.getsize(args.model) / 2**20:.0f} MiB; prompt {len(ids)} "

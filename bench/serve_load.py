@@ -56,7 +56,7 @@ def report(label, wall, results):
 def main():
     import openai
 
-    from silkattn._bench import machine
+    from silkattn._bench import cpu_line
     from silkattn.models.llama import default_path
     p = argparse.ArgumentParser()
     p.add_argument("--model", default=None)
@@ -66,9 +66,7 @@ def main():
     p.add_argument("--max-batch", type=int, default=16)
     args = p.parse_args()
     path = args.model or default_path()
-    m = machine()
-    env = {k: os.environ.get(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
-    print(f"cpu: {m.get('cpu')} ({m.get('cpu_isa')}; silkattn {m.get('silkattn_isa')}), {env}")
+    print(cpu_line())
     port, name = _free_port(), "bench"
     command = [sys.executable, "-m", "silkattn", "serve", "--model", path, "--port", str(port), "--threads",
                str(args.threads), "--max-batch", str(args.max_batch), "--name", name]

@@ -384,6 +384,14 @@ def machine():
     return info
 
 
+def cpu_line():
+    """The line every bench script prints first: the CPU, its instruction sets, silkattn's copy,
+    and OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE as the command found them (to be unset for a bench)."""
+    m = machine()
+    env = {k: os.environ.get(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    return f"cpu: {m.get('cpu')} ({m.get('cpu_isa')}; silkattn {m.get('silkattn_isa')}), {env}"
+
+
 def plot(cases, results, contenders, path):
     """GFLOP/s of one-head float32 attention against S, a line per contender, causal and not."""
     import matplotlib
