@@ -334,7 +334,7 @@ def main(argv=None):
     s.add_argument("--api-key", help="answer only requests sending 'Authorization: Bearer KEY'")
     s.add_argument("--name", help="the model's name in the API (default: the file's name)")
     s.add_argument("--cache-tokens", type=int, help="the KV cache's positions for all sequences together "
-                   "(default: max-batch x the context)")
+                   "(default: max-batch x min(the context, 4096))")
     s.add_argument("--activations", choices=["float32", "int8"], default="float32")
     args = parser.parse_args(argv)
     {"bench": bench, "embed": embed, "chat": chat, "complete": complete, "serve": serve}.get(args.command,

@@ -351,7 +351,8 @@ class Llama:
         (continuous batching), at most max_batch at a time. max_new_tokens and each sampling keyword
         is one value for all or a list of one per prompt; each sequence samples with its own seed,
         so its tokens are those generate(prompt, ...) gives. The pool holds cache_tokens positions
-        (or cache_bytes; default: max_batch sequences of the context) in pages of page_keys.
+        (or cache_bytes; default: what the max_batch longest sequences, prompt and new tokens, take
+        together, so none waits for pages) in pages of page_keys.
         self.stats: the batch's steps, prompt and new tokens, prefill and decode seconds."""
         prompts = list(prompts)
         settings = {"max_new_tokens": max_new_tokens, "temperature": temperature, "top_k": top_k,
@@ -363,6 +364,14 @@ class Llama:
                                      f"{len(value)} values")
             else:
                 settings[name] = [value] * len(prompts)
+        if cache_tokens is None and cache_bytes is None and prompts:
+            P, most = check.count(page_keys, "page_keys"), check.count(max_batch, "max_batch")
+            try:
+                need = sorted(-(-(len(p) + int(n)) // P) * P
+                              for p, n in zip(prompts, settings["max_new_tokens"]))
+            except (TypeError, ValueError):  # a bad prompt or length: Batch.submit names it
+                need = [P * most]
+            cache_tokens = max(P, sum(need[-most:]))
         runner = batch.Batch(self, max_batch, cache_tokens=cache_tokens, cache_bytes=cache_bytes,
                              page_keys=page_keys)
         seqs = [runner.submit(p, **{name: values[i] for name, values in settings.items()})
