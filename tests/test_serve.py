@@ -220,6 +220,29 @@ def test_a_dropped_stream_frees_its_slot(server, client):
     assert r.choices[0].text == server[2].complete("a", 3)
 
 
+def test_a_fault_in_a_step_fails_its_requests_alone(server, client):
+    """A step that raises (a fault of silkattn's, injected): its requests get a 500 with OpenAI's
+    body, their pages come back, the engine goes on serving."""
+    engine = server[1].state.silkattn["engine"]
+    real, calls = engine.batch.step, []
+
+    def broken():
+        if not calls:
+            calls.append(1)
+            raise RuntimeError("injected")
+        return real()
+    engine.batch.step = broken
+    try:
+        status, answer = _raw(server, "POST", "/v1/completions", {**GOOD, "temperature": 0})
+    finally:
+        engine.batch.step = real
+    assert status == 500 and answer["error"]["type"] == "server_error"
+    assert "injected" in answer["error"]["message"]
+    assert engine.batch.idle and engine.batch.pool.free == engine.batch.pool.pages
+    r = client.completions.create(model=NAME, prompt="a", max_tokens=3, temperature=0)
+    assert r.choices[0].text == server[2].complete("a", 3)
+
+
 def test_sigint_stops_the_server(path):
     port = _free_port()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))

@@ -87,7 +87,7 @@ class Engine:
                     try:  # checked by parse() already; a refusal here ends this request alone
                         seq = self.batch.submit(ids, new, **sampling)
                     except (ValueError, TypeError) as e:
-                        sink(("done", f"error: {e}"))
+                        sink(("done", f"refused: {e}"))
                         continue
                     seqs[handle], self._sinks[seq] = seq, sink
                 elif kind == "cancel" and handle in seqs:
@@ -98,7 +98,14 @@ class Engine:
                 for seq in list(self._sinks):
                     self.batch.cancel(seq)
             else:
-                for seq, token in self.batch.step() if not self.batch.idle else ():
+                try:
+                    written = self.batch.step() if not self.batch.idle else ()
+                except Exception as e:  # a fault of silkattn's: these requests fail, the server goes on
+                    written = ()
+                    for seq in list(self._sinks):
+                        self.batch.cancel(seq)
+                        seq.finish_reason = f"failed: {type(e).__name__}: {e}"
+                for seq, token in written:
                     self._sinks[seq](("token", token))
             for handle, seq in list(seqs.items()):
                 if seq.done:
@@ -285,8 +292,10 @@ def create_app(model, name, *, max_batch=16, api_key=None, cache_tokens=None):
                         if piece:
                             yield piece, None
                     else:
-                        if value.startswith("error"):
-                            raise RequestError(400, value[len("error: "):])
+                        if value.startswith("refused: "):
+                            raise RequestError(400, value[len("refused: "):])
+                        if value.startswith("failed: "):
+                            raise RequestError(500, value[len("failed: "):], kind="server_error")
                         reason = "stop" if text.stopped or value == "stop" else "length"
                 usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
                 yield text.finish(reason), reason
@@ -308,9 +317,12 @@ def create_app(model, name, *, max_batch=16, api_key=None, cache_tokens=None):
             async def sse():
                 if chat:
                     yield f"data: {json.dumps(chunk('', None, first=True))}\n\n"
-                async for piece, reason in pieces():
-                    if piece or reason:
-                        yield f"data: {json.dumps(chunk(piece, reason))}\n\n"
+                try:
+                    async for piece, reason in pieces():
+                        if piece or reason:
+                            yield f"data: {json.dumps(chunk(piece, reason))}\n\n"
+                except RequestError as e:  # OpenAI's streams carry an error as an event
+                    yield f"data: {json.dumps(e.body)}\n\n"
                 if include_usage:
                     last = dict(chunk("", None), choices=[], usage=usage)
                     yield f"data: {json.dumps(last)}\n\n"
@@ -329,6 +341,8 @@ def create_app(model, name, *, max_batch=16, api_key=None, cache_tokens=None):
                         return JSONResponse({}, status_code=499)
                 piece, reason = step.result()
                 parts.append(piece)
+        except RequestError as e:
+            return error(e)
         finally:
             await gen.aclose()
         content = "".join(parts)
