@@ -11,10 +11,10 @@ import pytest
 import silkattn.cython
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-KERNEL_SUITE = ["test_attention.py", "test_attention_varlen.py", "test_softmax.py", "test_layer_norm.py",
-                "test_linear.py", "test_bias_gelu.py", "test_bias_relu.py", "test_add_layer_norm.py",
-                "test_rms_norm.py", "test_rope.py", "test_silu_mul.py", "test_linear_q.py",
-                "test_matmul_int8.py"]
+KERNEL_SUITE = ["test_attention.py", "test_attention_varlen.py", "test_attention_paged.py", "test_softmax.py",
+                "test_layer_norm.py", "test_linear.py", "test_bias_gelu.py", "test_bias_relu.py",
+                "test_add_layer_norm.py", "test_rms_norm.py", "test_rope.py", "test_silu_mul.py",
+                "test_linear_q.py", "test_matmul_int8.py"]
 
 
 def run(code_or_args, isa, **env):

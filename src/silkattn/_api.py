@@ -205,7 +205,8 @@ def add_layer_norm(kernels, X, R, g, b, eps=1e-5):
 
 LINEAR_ROWS = 8  # up to this many rows of X the kernel runs (a matrix-vector product); more: BLAS GEMM
 # A QuantizedMatrix times float32 rows: up to FEW_ROWS rows run its few-rows kernels, LINEAR_ROWS a
-# call (QX_ROWS for the linear_qx kernels), each row's sums the same in any call. Measured on Zen 4,
+# call (QX_ROWS for the linear_qx kernels; on the AVX-512 copy a row's sums are the same in any
+# call, the others scale q before or after the rows' products by their count). Measured on Zen 4,
 # 2 threads (batched decoding's steps): 9 to 24 rows of SmolLM2's Q4_1 matrices took 0.4-0.6x the
 # time of the dequantized panels' GEMM in calls of 8; the K-quant kernels (the 1.1B model's Q4_K,
 # Q6_K) ran 8 rows as two calls of 4 in 0.65x one call's time, 16 rows in 0.54x the GEMM's.
