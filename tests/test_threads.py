@@ -96,7 +96,7 @@ def test_the_team_gemm_is_numpys_matmul_to_the_bit(be, threads, rng, m, k, n, or
 
 @team
 @pytest.mark.parametrize("kind", ["Q8_0", "Q4_0", "Q4_1"])
-@pytest.mark.parametrize("m, k, n", [(9, 64, 64), (256, 576, 960), (40, 1536, 300)])
+@pytest.mark.parametrize("m, k, n", [(33, 64, 64), (256, 576, 960), (40, 1536, 300)])
 def test_the_team_gemm_of_blocks_is_the_dequantized_product_to_the_bit(be, threads, rng, kind, m, k, n):
     size = {"Q8_0": 34, "Q4_0": 18, "Q4_1": 20}[kind]
     blocks = rng.integers(0, 256, (n, k // 32, size), dtype=np.uint8)

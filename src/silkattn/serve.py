@@ -232,105 +232,120 @@ def parse(body, model, name, chat):
     return ids, new, sampling, _stops(body), stream, bool(options.get("include_usage", False))
 
 
-def create_app(model, name, *, max_batch=16, api_key=None, cache_tokens=None):
-    """The Starlette app serving `model` (a models.load result) as `name`."""
-    from starlette.applications import Starlette
-    from starlette.responses import JSONResponse, StreamingResponse
-    from starlette.routing import Route
+class _Server:
+    """The app's handlers over one model and its engine (made in the app's lifespan)."""
 
-    state = {}
+    def __init__(self, model, name, api_key):
+        self.model, self.name, self.api_key, self.engine = model, name, api_key, None
 
+    @staticmethod
     def error(e):
+        from starlette.responses import JSONResponse
         return JSONResponse(e.body, status_code=e.status)
 
-    def authorized(request):
-        if api_key is None:
-            return
-        if request.headers.get("authorization", "") != f"Bearer {api_key}":
+    def authorize(self, request):
+        if self.api_key is not None and request.headers.get("authorization", "") != f"Bearer {self.api_key}":
             raise RequestError(401, "Incorrect or missing API key: send 'Authorization: Bearer <key>'",
                                None, "invalid_api_key", "authentication_error")
 
-    async def health(request):
+    async def health(self, request):
+        from starlette.responses import JSONResponse
         return JSONResponse({"status": "ok"})
 
-    async def models_list(request):
+    async def models(self, request):
+        from starlette.responses import JSONResponse
         try:
-            authorized(request)
+            self.authorize(request)
         except RequestError as e:
-            return error(e)
-        return JSONResponse({"object": "list", "data": [{"id": name, "object": "model", "created": 0,
+            return self.error(e)
+        return JSONResponse({"object": "list", "data": [{"id": self.name, "object": "model", "created": 0,
                                                           "owned_by": "silkattn"}]})
 
-    async def completion(request, chat):
+    async def completions(self, request):
+        return await self.completion(request, chat=False)
+
+    async def chat_completions(self, request):
+        return await self.completion(request, chat=True)
+
+    async def completion(self, request, chat):
         try:
-            authorized(request)
+            self.authorize(request)
             try:
                 body = json.loads(await request.body())
             except ValueError:
                 raise RequestError(400, "the body is not valid JSON") from None
-            ids, new, sampling, stops, stream, include_usage = parse(body, model, name, chat)
+            ids, new, sampling, stops, stream, include_usage = parse(body, self.model, self.name, chat)
         except RequestError as e:
-            return error(e)
+            return self.error(e)
         loop, events = asyncio.get_running_loop(), asyncio.Queue()
-        handle = state["engine"].submit(ids, new, sampling, lambda ev: loop.call_soon_threadsafe(
-            events.put_nowait, ev))
-        text = _Text(model, stops)
-        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
-        created, kind = int(time.time()), "chat.completion" if chat else "text_completion"
-        usage = {"prompt_tokens": len(ids), "completion_tokens": 0, "total_tokens": len(ids)}
+        handle = self.engine.submit(ids, new, sampling,
+                                    lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev))
+        reply = _Reply(self, chat, handle, events, _Text(self.model, stops), len(ids))
+        return reply.streamed(include_usage) if stream else await reply.whole(request)
 
-        async def pieces():  # -> (piece of text, finish_reason or None) as the tokens come
-            reason = None
+
+class _Reply:
+    """One request's answer as the engine's events come: streamed chunks, or the whole of it."""
+
+    def __init__(self, server, chat, handle, events, text, prompt_tokens):
+        self.server, self.chat, self.handle, self.events, self.text = server, chat, handle, events, text
+        self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
+        self.created, self.kind = int(time.time()), "chat.completion" if chat else "text_completion"
+        self.usage = {"prompt_tokens": prompt_tokens, "completion_tokens": 0, "total_tokens": prompt_tokens}
+
+    async def pieces(self):  # -> (piece of text, finish_reason or None) as the tokens come
+        reason = None
+        try:
+            while reason is None:
+                what, value = await self.events.get()
+                if what == "token":
+                    self.usage["completion_tokens"] += 1
+                    piece = self.text.add(value)
+                    if self.text.stopped:
+                        self.server.engine.cancel(self.handle)
+                    if piece:
+                        yield piece, None
+                elif value.startswith("refused: "):
+                    raise RequestError(400, value[len("refused: "):])
+                elif value.startswith("failed: "):
+                    raise RequestError(500, value[len("failed: "):], kind="server_error")
+                else:
+                    reason = "stop" if self.text.stopped or value == "stop" else "length"
+            self.usage["total_tokens"] = self.usage["prompt_tokens"] + self.usage["completion_tokens"]
+            yield self.text.finish(reason), reason
+        finally:
+            if reason is None:  # the client went away: free its slot at the next step
+                self.server.engine.cancel(self.handle)
+
+    def chunk(self, piece, reason, first=False):
+        if self.chat:
+            delta = {"role": "assistant", "content": ""} if first else {"content": piece} if piece else {}
+            choice = {"index": 0, "delta": delta, "finish_reason": reason, "logprobs": None}
+        else:
+            choice = {"index": 0, "text": piece, "finish_reason": reason, "logprobs": None}
+        return {"id": self.id, "object": self.kind + ".chunk" if self.chat else self.kind,
+                "created": self.created, "model": self.server.name, "choices": [choice]}
+
+    def streamed(self, include_usage):
+        from starlette.responses import StreamingResponse
+
+        async def sse():
+            if self.chat:
+                yield f"data: {json.dumps(self.chunk('', None, first=True))}\n\n"
             try:
-                while reason is None:
-                    what, value = await events.get()
-                    if what == "token":
-                        usage["completion_tokens"] += 1
-                        piece = text.add(value)
-                        if text.stopped:
-                            state["engine"].cancel(handle)
-                        if piece:
-                            yield piece, None
-                    else:
-                        if value.startswith("refused: "):
-                            raise RequestError(400, value[len("refused: "):])
-                        if value.startswith("failed: "):
-                            raise RequestError(500, value[len("failed: "):], kind="server_error")
-                        reason = "stop" if text.stopped or value == "stop" else "length"
-                usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
-                yield text.finish(reason), reason
-            finally:
-                if reason is None:  # the client went away: free its slot at the next step
-                    state["engine"].cancel(handle)
+                async for piece, reason in self.pieces():
+                    if piece or reason:
+                        yield f"data: {json.dumps(self.chunk(piece, reason))}\n\n"
+            except RequestError as e:  # OpenAI's streams carry an error as an event
+                yield f"data: {json.dumps(e.body)}\n\n"
+            if include_usage:
+                yield f"data: {json.dumps(dict(self.chunk('', None), choices=[], usage=self.usage))}\n\n"
+            yield "data: [DONE]\n\n"
+        return StreamingResponse(sse(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
-        def chunk(piece, reason, first=False):
-            if chat:
-                delta = ({"role": "assistant", "content": ""} if first else
-                         {"content": piece} if piece else {})
-                choice = {"index": 0, "delta": delta, "finish_reason": reason, "logprobs": None}
-            else:
-                choice = {"index": 0, "text": piece, "finish_reason": reason, "logprobs": None}
-            return {"id": rid, "object": kind + ".chunk" if chat else kind, "created": created, "model": name,
-                    "choices": [choice]}
-
-        if stream:
-            async def sse():
-                if chat:
-                    yield f"data: {json.dumps(chunk('', None, first=True))}\n\n"
-                try:
-                    async for piece, reason in pieces():
-                        if piece or reason:
-                            yield f"data: {json.dumps(chunk(piece, reason))}\n\n"
-                except RequestError as e:  # OpenAI's streams carry an error as an event
-                    yield f"data: {json.dumps(e.body)}\n\n"
-                if include_usage:
-                    last = dict(chunk("", None), choices=[], usage=usage)
-                    yield f"data: {json.dumps(last)}\n\n"
-                yield "data: [DONE]\n\n"
-            return StreamingResponse(sse(), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache"})
-
-        gen, parts, reason = pieces(), [], None
+    async def whole(self, request):
+        from starlette.responses import JSONResponse
+        gen, parts, reason = self.pieces(), [], None
         try:
             while reason is None:  # watch the connection while the tokens come
                 step = asyncio.ensure_future(gen.__anext__())
@@ -342,35 +357,37 @@ def create_app(model, name, *, max_batch=16, api_key=None, cache_tokens=None):
                 piece, reason = step.result()
                 parts.append(piece)
         except RequestError as e:
-            return error(e)
+            return self.server.error(e)
         finally:
             await gen.aclose()
         content = "".join(parts)
         choice = ({"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": reason,
-                   "logprobs": None} if chat else
+                   "logprobs": None} if self.chat else
                   {"index": 0, "text": content, "finish_reason": reason, "logprobs": None})
-        return JSONResponse({"id": rid, "object": kind, "created": created, "model": name,
-                             "choices": [choice], "usage": usage})
+        return JSONResponse({"id": self.id, "object": self.kind, "created": self.created,
+                             "model": self.server.name, "choices": [choice], "usage": self.usage})
 
-    async def completions(request):
-        return await completion(request, chat=False)
 
-    async def chat_completions(request):
-        return await completion(request, chat=True)
-
+def create_app(model, name, *, max_batch=16, api_key=None, cache_tokens=None):
+    """The Starlette app serving `model` (a models.load result) as `name`."""
     from contextlib import asynccontextmanager
+
+    from starlette.applications import Starlette
+    from starlette.routing import Route
+
+    server, state = _Server(model, name, api_key), {}
 
     @asynccontextmanager
     async def lifespan(app):
-        state["engine"] = Engine(model, max_batch, cache_tokens)
+        server.engine = state["engine"] = Engine(model, max_batch, cache_tokens)
         try:
             yield
         finally:
-            state["engine"].stop()
+            server.engine.stop()
 
-    routes = [Route("/health", health), Route("/v1/models", models_list),
-              Route("/v1/completions", completions, methods=["POST"]),
-              Route("/v1/chat/completions", chat_completions, methods=["POST"])]
+    routes = [Route("/health", server.health), Route("/v1/models", server.models),
+              Route("/v1/completions", server.completions, methods=["POST"]),
+              Route("/v1/chat/completions", server.chat_completions, methods=["POST"])]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.silkattn = state  # the engine, for tests and tools
     return app
