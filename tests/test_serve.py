@@ -220,6 +220,38 @@ def test_a_dropped_stream_frees_its_slot(server, client):
     assert r.choices[0].text == server[2].complete("a", 3)
 
 
+def test_a_client_gone_before_a_whole_answer_frees_its_slot(server, client):
+    """A non-streaming request whose client hangs up mid-generation (steps slowed to 20 ms, so that
+    its 120 tokens would take 2.4 s): its sequence is cancelled within about serve.POLL, not run to
+    the end, and its pages come back."""
+    engine = server[1].state.silkattn["engine"]
+    real, steps = engine.batch.step, []
+
+    def slow():
+        steps.append(1)
+        time.sleep(0.02)
+        return real()
+    engine.batch.step = slow
+    try:
+        sock = socket.create_connection(server[0].removeprefix("http://").split(":"), timeout=TIMEOUT)
+        body = json.dumps({"model": NAME, "prompt": "a", "max_tokens": 120, "temperature": 0})
+        sock.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
+                      f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}").encode())
+        deadline = time.time() + TIMEOUT
+        while len(steps) < 5:  # it runs
+            assert time.time() < deadline, "the request did not start"
+            time.sleep(0.01)
+        sock.close()
+        while not engine.batch.idle:
+            assert time.time() < deadline, "the sequence of a client gone still runs"
+            time.sleep(0.01)
+    finally:
+        engine.batch.step = real
+    assert len(steps) < 100 and engine.batch.pool.free == engine.batch.pool.pages
+    r = client.completions.create(model=NAME, prompt="a", max_tokens=3, temperature=0)
+    assert r.choices[0].text == server[2].complete("a", 3)
+
+
 def test_a_fault_in_a_step_fails_its_requests_alone(server, client):
     """A step that raises (a fault of silkattn's, injected): its requests get a 500 with OpenAI's
     body, their pages come back, the engine goes on serving."""

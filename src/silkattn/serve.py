@@ -32,6 +32,7 @@ import uuid
 from .models import batch as _batch
 
 GRACE = 10  # seconds uvicorn waits on SIGINT for the running requests before cancelling them
+POLL = 0.5  # seconds between looks at a non-streaming request's connection (a stream's write fails)
 STOPS = 4   # the most stop strings a request may give (OpenAI's limit)
 
 
@@ -346,14 +347,17 @@ class _Reply:
     async def whole(self, request):
         from starlette.responses import JSONResponse
         gen, parts, reason = self.pieces(), [], None
+        checked = time.monotonic()
         try:
-            while reason is None:  # watch the connection while the tokens come
+            while reason is None:  # the connection looked at every POLL seconds while the tokens come
                 step = asyncio.ensure_future(gen.__anext__())
                 while not step.done():
-                    await asyncio.wait({step}, timeout=0.5)
-                    if not step.done() and await request.is_disconnected():
-                        step.cancel()
-                        return JSONResponse({}, status_code=499)
+                    await asyncio.wait({step}, timeout=POLL)
+                    if time.monotonic() - checked >= POLL:
+                        checked = time.monotonic()
+                        if await request.is_disconnected():
+                            step.cancel()
+                            return JSONResponse({}, status_code=499)
                 piece, reason = step.result()
                 parts.append(piece)
         except RequestError as e:
