@@ -76,6 +76,14 @@ def _raw(server, method, route, body=None, headers=None):  # -> (status, parsed 
     return status, json.loads(text) if text else None
 
 
+def _send(server, body):  # -> the socket a completion request went out on, its answer unread
+    sock = socket.create_connection(server[0].removeprefix("http://").split(":"), timeout=TIMEOUT)
+    body = json.dumps(body)
+    sock.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
+                  f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}").encode())
+    return sock
+
+
 MESSAGES = [[{"role": "user", "content": "the cat"}],
             [{"role": "system", "content": "be brief"}, {"role": "user", "content": "héllo wörld"}],
             [{"role": "user", "content": "a b c"}, {"role": "assistant", "content": "d"},
@@ -201,10 +209,7 @@ def test_a_wrong_or_missing_key_gets_401(server, headers):
 
 def test_a_dropped_stream_frees_its_slot(server, client):
     engine = server[1].state.silkattn["engine"]
-    sock = socket.create_connection(server[0].removeprefix("http://").split(":"), timeout=TIMEOUT)
-    body = json.dumps({"model": NAME, "prompt": "a", "max_tokens": 100, "temperature": 0, "stream": True})
-    sock.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
-                  f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}").encode())
+    sock = _send(server, {"model": NAME, "prompt": "a", "max_tokens": 100, "temperature": 0, "stream": True})
     got = b""
     while b"data: " not in got:  # the stream has begun
         chunk = sock.recv(4096)
@@ -233,10 +238,7 @@ def test_a_client_gone_before_a_whole_answer_frees_its_slot(server, client):
         return real()
     engine.batch.step = slow
     try:
-        sock = socket.create_connection(server[0].removeprefix("http://").split(":"), timeout=TIMEOUT)
-        body = json.dumps({"model": NAME, "prompt": "a", "max_tokens": 120, "temperature": 0})
-        sock.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
-                      f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}").encode())
+        sock = _send(server, {"model": NAME, "prompt": "a", "max_tokens": 120, "temperature": 0})
         deadline = time.time() + TIMEOUT
         while len(steps) < 5:  # it runs
             assert time.time() < deadline, "the request did not start"
