@@ -130,11 +130,12 @@ def kernel_cases():
 
 def _blocks(pkg, rng, kind, n, k, activations="float32", read_only=False):
     """Random blocks with finite scales; read_only as a GGUF file's (the cython backend then makes
-    its 16-row layouts of Q4_K and Q5_0 for the int8 products)."""
+    its 16-row layouts of quant.ROWS16's kinds for the int8 products)."""
     weights, nbytes = pkg.reference.QUANT_BLOCKS[kind]
     b = rng.integers(0, 256, (n, k // weights, nbytes), dtype=np.uint8)
     half = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)
-    for at in {"Q6_K": (208,), "Q4_K": (0, 2), "Q5_K": (0, 2)}.get(kind, (0,)):  # finite scales
+    finite = {"Q6_K": (208,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q4_1": (0, 2)}  # the scales' offsets
+    for at in finite.get(kind, (0,)):
         b[:, :, at:at + 2] = half
     b = b.reshape(n, -1)
     b.flags.writeable = not read_only
@@ -162,6 +163,16 @@ def linear_cases():
                           lambda: _blocks(pkg, np.random.default_rng(1), kind, n, x.shape[1], "int8"))
                 return getattr(pkg, be).linear(x, W)
             cases.append((f"linear {kind} int8 {len(x)}x{x.shape[1]} -> {n}", be, f))
+        # the blocks of 32 with int8 activations, read-only as a file's (their 16-row layouts):
+        # SmolLM2's Q4_1 gate and Q8_0 head, one row (a decoding step) and 8 (a batch's step)
+        x8 = r(8, 576)
+        for kind, n, x in (("Q4_1", 1536, x1), ("Q4_1", 1536, x8), ("Q8_0", 49152, x1), ("Q8_0", 49152, x8),
+                           ("Q4_0", 1536, x8)):
+            def f(pkg, be=be, kind=kind, n=n, x=x):
+                W = _memo(pkg, ("W", kind, n, x.shape[1], "int8", True),
+                          lambda: _blocks(pkg, np.random.default_rng(1), kind, n, x.shape[1], "int8", True))
+                return getattr(pkg, be).linear(x, W)
+            cases.append((f"linear {kind} int8 {len(x)}x{x.shape[1]} -> {n} file", be, f))
         # many rows with int8 activations: the integer GEMM (a prefill's products; the int8 sentence
         # encoder's, MiniLM's 384 -> 1536 on 512 tokens); read-only blocks as a file's: Q4_K and Q5_0
         # through their 16-row layouts (the 1.1B model's gate, Gemma 3's), Q6_K's long rows (down)

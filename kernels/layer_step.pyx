@@ -16,8 +16,6 @@ include "common.pxi"
 cdef extern from "layer_step.h" nogil:
     int SA_QCH
     int SA_DENSE
-    int SA_Q4_K
-    int SA_Q5_0
     ctypedef struct sa_matrix:
         const void *w
         int kind
@@ -77,14 +75,16 @@ def _pack(blocks, kind):
 
 
 _PACK = _pack if _linear_q.rows16_usable() else None  # QuantizedMatrix.rows16's maker, where it serves
+_ROWS16_KINDS = frozenset(_linear_q.ROWS16_CODES.values())
 
 
 cdef sa_matrix _matrix(P, bint q8):
-    """P as sa_matrix: its blocks, or with int8 products Q4_K's and Q5_0's in groups of 16 rows where
-    this CPU's copy runs them with VNNI (QuantizedMatrix.rows16, kept with the matrix; kernels/rows16.h)"""
+    """P as sa_matrix: its blocks, or with int8 products those of quant.ROWS16's kinds in groups of 16
+    rows where this CPU's copy runs them with VNNI (QuantizedMatrix.rows16, kept with the matrix;
+    kernels/rows16.h)"""
     cdef sa_matrix m
     m.w, m.kind, m.k, m.n, m.b = _data(P.w), P.kind, P.k, P.n, <const float *>_data(P.b)
-    if q8 and (P.kind == SA_Q4_K or P.kind == SA_Q5_0) and P.matrix is not None and _PACK is not None:
+    if q8 and P.kind in _ROWS16_KINDS and P.matrix is not None and _PACK is not None:
         packed = P.matrix.rows16(_PACK)
         if packed is not None:
             m.w, m.kind = _data(packed[0]), packed[1]

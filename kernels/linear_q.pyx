@@ -15,11 +15,14 @@ cdef extern from "linear_q.h" nogil:
     int SA_Q5_0
     int SA_Q4_K16
     int SA_Q5_016
+    int SA_Q8_016
+    int SA_Q4_016
+    int SA_Q4_116
     bint SA_KQUANT(int kind)
     void sa_q4k16_pack(const uint8_t *w, int64_t ldw, int64_t n, uint8_t *out)
     void sa_q4k16_unpack_row(const uint8_t *w, int64_t ldw, int64_t j, uint8_t *row)
-    void sa_q5016_pack(const uint8_t *w, int64_t ldw, int64_t n, uint8_t *out)
-    void sa_q5016_unpack_row(const uint8_t *w, int64_t ldw, int64_t j, uint8_t *row)
+    void sa_b16_pack(int kind, const uint8_t *w, int64_t ldw, int64_t n, uint8_t *out)
+    void sa_b16_unpack_row(int kind, const uint8_t *w, int64_t ldw, int64_t j, uint8_t *row)
     int SA_QBYTES(int kind)
     int SA_QWEIGHTS(int kind)
     int SA_QROW_KINDS
@@ -180,7 +183,10 @@ def linear_qx(const float[:, ::1] x, const uint8_t[:, ::1] blocks, int kind, con
     free(xq)
 
 
-ROWS16_CODES = {SA_Q4_K16: SA_Q4_K, SA_Q5_016: SA_Q5_0}  # the layouts of pack_rows16, their file kinds
+# the layouts of pack_rows16, their file kinds (silkattn.quant.ROWS16)
+ROWS16_CODES = {SA_Q4_K16: SA_Q4_K, SA_Q5_016: SA_Q5_0, SA_Q8_016: SA_Q8_0, SA_Q4_016: KINDS.index("Q4_0"),
+                SA_Q4_116: KINDS.index("Q4_1")}
+_ROWS16_OF = {kind: code for code, kind in ROWS16_CODES.items()}
 
 
 def rows16_usable():
@@ -190,18 +196,19 @@ def rows16_usable():
 
 
 def _rows16_check(name, Py_ssize_t n, Py_ssize_t ldw, int kind):
-    if kind not in (SA_Q4_K, SA_Q5_0):
-        raise ValueError(f"{name}: kind {kind} has no layout in groups of 16 rows (Q4_K and Q5_0 have)")
+    if kind not in _ROWS16_OF:
+        raise ValueError(f"{name}: kind {kind} has no layout in groups of 16 rows (Q8_0, Q4_0, Q4_1, Q5_0 and "
+                         f"Q4_K have)")
     if n % 16 or n == 0 or ldw == 0 or ldw % SA_QBYTES(kind):
         raise ValueError(f"{name}: blocks must be (n, whole {KINDS[kind]} blocks) with n a positive multiple of "
                          f"16, got ({n}, {ldw})")
 
 
 def pack_rows16(const uint8_t[:, ::1] blocks, int kind, int num_threads=1):
-    """Q4_K or Q5_0 blocks (n, row bytes), n a multiple of 16, in groups of 16 rows (kernels/rows16.h):
-    a new array of the same shape, the same bits rearranged, for linear_qx's kinds Q4_K16 / Q5_016
-    (int8 products: the 16 rows' sums in one register's lanes, no horizontal sums). Returns the
-    array and its kind code."""
+    """Q8_0, Q4_0, Q4_1, Q5_0 or Q4_K blocks (n, row bytes), n a multiple of 16, in groups of 16 rows
+    (kernels/rows16.h): a new array of the same shape, the same bits rearranged, for linear_qx's
+    kinds ROWS16_CODES (int8 products: the 16 rows' sums in one register's lanes, no horizontal
+    sums). Returns the array and its kind code."""
     cdef Py_ssize_t n = blocks.shape[0], ldw = blocks.shape[1], g
     _rows16_check("pack_rows16", n, ldw, kind)
     out = np.empty((n, ldw), np.uint8)
@@ -212,12 +219,12 @@ def pack_rows16(const uint8_t[:, ::1] blocks, int kind, int num_threads=1):
             if k:
                 sa_q4k16_pack(&blocks[16 * g, 0], ldw, 16, &o[16 * g, 0])
             else:
-                sa_q5016_pack(&blocks[16 * g, 0], ldw, 16, &o[16 * g, 0])
-    return out, (SA_Q4_K16 if k else SA_Q5_016)
+                sa_b16_pack(kind, &blocks[16 * g, 0], ldw, 16, &o[16 * g, 0])
+    return out, _ROWS16_OF[kind]
 
 
 def unpack_rows16(const uint8_t[:, ::1] packed, int kind):
-    """The file's blocks (kind Q4_K or Q5_0) of pack_rows16's output (its inverse)."""
+    """The file's blocks (kind: the file's) of pack_rows16's output (its inverse)."""
     cdef Py_ssize_t n = packed.shape[0], ldw = packed.shape[1], j
     _rows16_check("unpack_rows16", n, ldw, kind)
     out = np.empty((n, ldw), np.uint8)
@@ -228,7 +235,7 @@ def unpack_rows16(const uint8_t[:, ::1] packed, int kind):
             if k:
                 sa_q4k16_unpack_row(&packed[0, 0], ldw, j, &o[j, 0])
             else:
-                sa_q5016_unpack_row(&packed[0, 0], ldw, j, &o[j, 0])
+                sa_b16_unpack_row(kind, &packed[0, 0], ldw, j, &o[j, 0])
     return out
 
 

@@ -1,9 +1,9 @@
 /* Blocks in groups of 16 rows: the decoding step's layouts of a Q4_K matrix (kind SA_Q4_K16) and
- * of a Q5_0 one (SA_Q5_016, at the end), made once from the file's blocks (sa_q4k16_pack,
- * sa_q5016_pack) for the AVX-512 VNNI few-row products, and read back (sa_q4k16_unpack_row,
- * sa_q5016_unpack_row) by every other copy. Q4_K: A row of the file takes ldw = k / 256 * 144 bytes;
- * rows 16 g .. 16 g + 15 take the same 16 ldw bytes here, as k / 256 super-blocks of 2304 bytes,
- * each the 16 rows' blocks i (r: the row in the group, b: the sub-block of 32, 0 .. 7):
+ * of the blocks of 32 (Q8_0, Q4_0, Q4_1, Q5_0: SA_Q8_016 .. SA_Q5_016, at the end), made once from
+ * the file's blocks (sa_q4k16_pack, sa_b16_pack) for the AVX-512 VNNI few-row products, and read
+ * back (sa_q4k16_unpack_row, sa_b16_unpack_row) by every other copy. Q4_K: a row of the file
+ * takes ldw = k / 256 * 144 bytes; rows 16 g .. 16 g + 15 take the same 16 ldw bytes here, as
+ * k / 256 super-blocks of 2304 bytes, each the 16 rows' blocks i (r: the row in the group, b: the sub-block of 32, 0 .. 7):
  *     0     d, 16 float16          32    dmin, 16 float16
  *     64    scales' low 4 bits: byte 16 (b / 2) + r, b odd in the high nibble
  *     128   scales' high 2 bits: byte 16 (b / 4) + r, bits 2 (b % 4) and up
@@ -17,6 +17,7 @@
 #define SA_ROWS16_H
 #include <stdint.h>
 #include <string.h>
+#include "quant_blocks.h"
 
 #define SA_Q4K16_GROUP 16
 #define SA_Q4K16_SUPER 2304  /* 16 rows x 144 bytes */
@@ -91,46 +92,71 @@ static void __attribute__((unused)) sa_q4k16_unpack_row(const uint8_t *w, int64_
     }
 }
 
-/* Q5_0 (blocks of 32 weights, 22 bytes: float16 d, 32 fifth bits qh, 16 bytes of nibbles, weight j
- * < 16 the low nibble of byte j, j + 16 its high one): a group's block i takes 352 bytes,
+/* The blocks of 32 weights (Q8_0, Q4_0, Q4_1, Q5_0; kind: the file's): a group's block i takes 16
+ * blocks' bytes (SA_B16_BYTES), the 16 rows' fields side by side,
  *     0     d, 16 float16
- *     32    qh, 16 x 4 bytes (the file's, row r at 4 r)
- *     96    the low 4 bits: 4 runs of 64 bytes, run c byte 4 r + t = q[8 c + t] | q[8 c + 4 + t] << 4
- * one vpshufb spreads byte c of each row's qh over its 4 bytes, two bit tests give the fifth bits
- * of run c's nibbles as byte masks. */
+ *     32    Q4_1: m, 16 float16;  Q5_0: qh, 16 x 4 bytes (the file's, row r at 4 r)
+ *     then  the q (SA_B16_RUNS): 4-bit kinds, 4 runs of 64 bytes, run c byte 4 r + t = q[8 c + t] |
+ *           q[8 c + 4 + t] << 4 (the low 4 bits of Q5_0's q); Q8_0, 8 runs, run c byte 4 r + t =
+ *           q[4 c + t] + 128 as unsigned (vpdpbusd's u8; x . w = d (d_x (u . q_x) - 128 xs))
+ * so that one 64-byte load holds 4 consecutive weights (or 4 + 4) of all 16 rows: vpdpbusd against
+ * x's 4 bytes broadcast leaves the 16 rows' sums in their own lanes. For Q5_0 one vpshufb spreads
+ * byte c of each row's qh over its 4 bytes, two bit tests give the fifth bits of run c's nibbles as
+ * byte masks. */
+#define SA_B16_BYTES(kind) (16 * ((kind) == SA_Q8_0 ? 34 : (kind) == SA_Q4_0 ? 18 : (kind) == SA_Q4_1 ? 20 : 22))
+#define SA_B16_RUNS(kind) ((kind) == SA_Q8_0 || (kind) == SA_Q4_0 ? 32 : (kind) == SA_Q4_1 ? 64 : 96)
 #define SA_Q5016_BLOCK 352  /* 16 rows x 22 bytes */
 
-static void __attribute__((unused)) sa_q5016_pack(const uint8_t *w, int64_t ldw, int64_t n, uint8_t *out) {
-    const int64_t nb = ldw / 22;
+/* the byte of run c, offset t, of a block's q (its bytes at qs: the file's) */
+static inline uint8_t sa_b16_byte(int kind, const uint8_t *qs, int c, int t) {
+    if (kind == SA_Q8_0) return (uint8_t)(qs[4 * c + t] ^ 0x80);
+    const int j = 8 * c + t, u = j + 4;
+    const int lo = qs[j % 16] >> 4 * (j / 16) & 15, hi = qs[u % 16] >> 4 * (u / 16) & 15;
+    return (uint8_t)(lo | hi << 4);
+}
+
+/* the file's offsets in a block: its second field (m or qh) and its q */
+static inline int sa_b16_qs(int kind) {
+    return kind == SA_Q8_0 || kind == SA_Q4_0 ? 2 : kind == SA_Q4_1 ? 4 : 6;
+}
+
+static void __attribute__((unused)) sa_b16_pack(int kind, const uint8_t *w, int64_t ldw, int64_t n, uint8_t *out) {
+    const int bytes = SA_B16_BYTES(kind) / 16, runs = kind == SA_Q8_0 ? 8 : 4, at = SA_B16_RUNS(kind);
+    const int64_t nb = ldw / bytes;
     for (int64_t g = 0; g < n / 16; g++)
         for (int64_t i = 0; i < nb; i++) {
-            uint8_t *o = out + 16 * g * ldw + SA_Q5016_BLOCK * i;
+            uint8_t *o = out + 16 * g * ldw + SA_B16_BYTES(kind) * i;
             for (int r = 0; r < 16; r++) {
-                const uint8_t *p = w + (16 * g + r) * ldw + 22 * i, *qs = p + 6;
+                const uint8_t *p = w + (16 * g + r) * ldw + bytes * i, *qs = p + sa_b16_qs(kind);
                 memcpy(o + 2 * r, p, 2);
-                memcpy(o + 32 + 4 * r, p + 2, 4);
-                for (int c = 0; c < 4; c++)
-                    for (int t = 0; t < 4; t++) {
-                        const int j = 8 * c + t, u = j + 4;
-                        const int lo = qs[j % 16] >> 4 * (j / 16) & 15, hi = qs[u % 16] >> 4 * (u / 16) & 15;
-                        o[96 + 64 * c + 4 * r + t] = (uint8_t)(lo | hi << 4);
-                    }
+                if (kind == SA_Q4_1) memcpy(o + 32 + 2 * r, p + 2, 2);
+                if (kind == SA_Q5_0) memcpy(o + 32 + 4 * r, p + 2, 4);
+                for (int c = 0; c < runs; c++)
+                    for (int t = 0; t < 4; t++) o[at + 64 * c + 4 * r + t] = sa_b16_byte(kind, qs, c, t);
             }
         }
 }
 
-static void __attribute__((unused)) sa_q5016_unpack_row(const uint8_t *w, int64_t ldw, int64_t j, uint8_t *row) {
-    const int64_t nb = ldw / 22, g = j / 16;
+/* row j's file blocks (ldw bytes at row) from the layout at w (the inverse of sa_b16_pack) */
+static void __attribute__((unused)) sa_b16_unpack_row(int kind, const uint8_t *w, int64_t ldw, int64_t j,
+                                                      uint8_t *row) {
+    const int bytes = SA_B16_BYTES(kind) / 16, runs = kind == SA_Q8_0 ? 8 : 4, at = SA_B16_RUNS(kind);
+    const int64_t nb = ldw / bytes, g = j / 16;
     const int r = (int)(j % 16);
     for (int64_t i = 0; i < nb; i++) {
-        const uint8_t *o = w + 16 * g * ldw + SA_Q5016_BLOCK * i;
-        uint8_t *p = row + 22 * i, *qs = p + 6;
+        const uint8_t *o = w + 16 * g * ldw + SA_B16_BYTES(kind) * i;
+        uint8_t *p = row + bytes * i, *qs = p + sa_b16_qs(kind);
         memcpy(p, o + 2 * r, 2);
-        memcpy(p + 2, o + 32 + 4 * r, 4);
-        memset(qs, 0, 16);
-        for (int c = 0; c < 4; c++)
+        if (kind == SA_Q4_1) memcpy(p + 2, o + 32 + 2 * r, 2);
+        if (kind == SA_Q5_0) memcpy(p + 2, o + 32 + 4 * r, 4);
+        if (kind != SA_Q8_0) memset(qs, 0, 16);
+        for (int c = 0; c < runs; c++)
             for (int t = 0; t < 4; t++) {
-                const int v = o[96 + 64 * c + 4 * r + t];
+                const int v = o[at + 64 * c + 4 * r + t];
+                if (kind == SA_Q8_0) {
+                    qs[4 * c + t] = (uint8_t)(v ^ 0x80);
+                    continue;
+                }
                 for (int h = 0; h < 2; h++) {
                     const int u = 8 * c + 4 * h + t;
                     qs[u % 16] |= (uint8_t)((v >> 4 * h & 15) << 4 * (u / 16));

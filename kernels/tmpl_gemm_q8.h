@@ -145,31 +145,45 @@ static void SA_FN(sa_gq8_unpack)(int kind, const uint8_t *p, int64_t k, int8_t *
 /* 16 columns' words of the panel from rows16.h's layouts (rows j0 .. j0 + 15 of W, a group of 16):
  * their runs already hold 4 + 4 consecutive weights of 16 rows a 64-byte vector, so that run c's
  * low nibbles are the panel's word 2c of those 16 columns and its high nibbles word 2c + 1, with no
- * transposition; Q5_0's fifth bits join as bit 4 of each byte (four bits of qh spread to bytes by a
- * multiplication: bit b of x times 2^4 + 2^11 + 2^18 + 2^25 lands at bit 8 b + 4 alone). The scales
- * and offsets go to bs, bm (stride 32) a row at a time. */
+ * transposition (Q8_0's 8 runs: word c each, back to signed); Q5_0's fifth bits join as bit 4 of
+ * each byte (four bits of qh spread to bytes by a multiplication: bit b of x times 2^4 + 2^11 +
+ * 2^18 + 2^25 lands at bit 8 b + 4 alone). The scales and offsets go to bs, bm (stride 32) a row
+ * at a time. */
 static void SA_FN(sa_gq8_pack16)(int kind, const uint8_t *w, int64_t ldw, int64_t k, int64_t j0, int8_t *bv,
                                  SA_T *bs, SA_T *bm) {
     const uint8_t *o = w + j0 / 16 * 16 * ldw;
     int32_t *words = (int32_t *)bv;
     const __m512i low = _mm512_set1_epi8(15);
-    if (kind == SA_Q5_016) {
-        const __m512i sixteen = _mm512_set1_epi8(16), fifth = _mm512_set1_epi32(0x10101010);
-        for (int64_t i = 0; i < k / 32; i++, o += SA_Q5016_BLOCK) {
-            const __m512i h = _mm512_loadu_si512((const void *)(o + 32));
-            for (int c = 0; c < 4; c++) {
-                const __m512i q = _mm512_loadu_si512((const void *)(o + 96 + 64 * c));
-                const __m512i b0 = _mm512_and_si512(_mm512_mullo_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 8 * c), _mm512_set1_epi32(15)),
-                                                                       _mm512_set1_epi32(0x02040810)), fifth);
-                const __m512i b1 = _mm512_and_si512(_mm512_mullo_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 8 * c + 4), _mm512_set1_epi32(15)),
-                                                                       _mm512_set1_epi32(0x02040810)), fifth);
-                const int64_t t = 8 * i + 2 * c;
-                _mm512_store_si512((void *)(words + t * SA_GQ8_NR), _mm512_sub_epi8(_mm512_or_si512(_mm512_and_si512(q, low), b0), sixteen));
-                _mm512_store_si512((void *)(words + (t + 1) * SA_GQ8_NR),
-                                   _mm512_sub_epi8(_mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 4), low), b1), sixteen));
+    const int fk = SA_B16_FILE(kind);
+    if (fk >= 0) {  /* the blocks of 32: v = u - c (c: 8 for Q4_0, 16 for Q5_0, 128 for Q8_0) */
+        const int bytes = SA_B16_BYTES(fk), at = SA_B16_RUNS(fk);
+        const __m512i c = _mm512_set1_epi8((char)(fk == SA_Q4_0 ? 8 : fk == SA_Q5_0 ? 16 : 0));
+        const __m512i fifth = _mm512_set1_epi32(0x10101010);
+        for (int64_t i = 0; i < k / 32; i++, o += bytes) {
+            if (fk == SA_Q8_0) {
+                for (int u = 0; u < 8; u++)
+                    _mm512_store_si512((void *)(words + (8 * i + u) * SA_GQ8_NR),
+                                       _mm512_xor_si512(_mm512_loadu_si512((const void *)(o + at + 64 * u)),
+                                                        _mm512_set1_epi8((char)0x80)));
+            } else {
+                const __m512i h = fk == SA_Q5_0 ? _mm512_loadu_si512((const void *)(o + 32)) : low;
+                for (int u = 0; u < 4; u++) {
+                    const __m512i q = _mm512_loadu_si512((const void *)(o + at + 64 * u));
+                    __m512i lo = _mm512_and_si512(q, low), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), low);
+                    if (fk == SA_Q5_0) {
+                        lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_mullo_epi32(_mm512_and_si512(
+                            _mm512_srli_epi32(h, 8 * u), _mm512_set1_epi32(15)), _mm512_set1_epi32(0x02040810)), fifth));
+                        hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_mullo_epi32(_mm512_and_si512(
+                            _mm512_srli_epi32(h, 8 * u + 4), _mm512_set1_epi32(15)), _mm512_set1_epi32(0x02040810)), fifth));
+                    }
+                    const int64_t t = 8 * i + 2 * u;
+                    _mm512_store_si512((void *)(words + t * SA_GQ8_NR), _mm512_sub_epi8(lo, c));
+                    _mm512_store_si512((void *)(words + (t + 1) * SA_GQ8_NR), _mm512_sub_epi8(hi, c));
+                }
             }
             _mm512_store_ps(bs + i * SA_GQ8_NR, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)o)));
-            _mm512_store_ps(bm + i * SA_GQ8_NR, _mm512_setzero_ps());
+            _mm512_store_ps(bm + i * SA_GQ8_NR, fk == SA_Q4_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(o + 32)))
+                                                               : _mm512_setzero_ps());
         }
         return;
     }
@@ -243,7 +257,7 @@ static void SA_FN(sa_gq8_pack_b)(int kind, const uint8_t *w, int64_t ldw, int64_
             for (int64_t g = 0; g < n32; g++) _mm512_store_ps(bm + g * SA_GQ8_NR + c0, _mm512_setzero_ps());
             continue;
         }
-        if (kind == SA_Q4_K16 || kind == SA_Q5_016) {  /* cols is then 16 or 32 */
+        if (kind == SA_Q4_K16 || SA_B16_FILE(kind) >= 0) {  /* cols is then 16 or 32 */
             SA_FN(sa_gq8_pack16)(kind, w, ldw, k, j + c0, (int8_t *)(words + c0), bs + c0, bm + c0);
             continue;
         }
@@ -414,7 +428,8 @@ static void SA_FN(sa_gq8_cols)(int kind, const uint8_t *a, const SA_T *ad, const
                                const uint8_t *w, int64_t ldw, int64_t j0, int64_t j1, SA_T *y, int64_t ldy,
                                void *scratch) {
     const int G = kind == SA_Q6_K ? 16 : 32;
-    const int offsets = kind == SA_Q4_1 || kind == SA_Q5_1 || kind == SA_Q4_K || kind == SA_Q5_K || kind == SA_Q4_K16;
+    const int offsets = kind == SA_Q4_1 || kind == SA_Q5_1 || kind == SA_Q4_K || kind == SA_Q5_K || kind == SA_Q4_K16
+                        || kind == SA_Q4_116;
     const int kquant = kind == SA_Q4_K || kind == SA_Q5_K || kind == SA_Q6_K || kind == SA_Q4_K16;  /* x per 256 */
     const int64_t n32 = k / 32, ng = k / G;
     int8_t *bv = (int8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);

@@ -735,15 +735,19 @@ static inline __attribute__((always_inline)) void SA_FN(sa_q8x_rows)(const int k
 }
 
 #if SA_X86 && SA_VBYTES == 64 && defined(__AVX512BW__) && defined(__AVX512VNNI__)
-/* y[:M, g:g + 16] (+ b[g:g + 16]) for the Q5_0 group at wg (rows16.h's layout), x as
- * sa_quantize_q8's xq, xd, xs: per block and row of x, a = sum_t u x (u = q + 16 the 5-bit q,
- * unsigned; the 16 rows' lanes: vpdpbusd of a run's nibbles, the fifth bits added under byte masks,
- * against 4 bytes of x broadcast), then y += d (d_x a - 16 xs) for the 16 rows at once. */
-static inline __attribute__((always_inline)) void SA_FN(sa_q5016_group)(const int M, const uint8_t *wg,
-                                                                        const int8_t *xq, const SA_T *xd,
-                                                                        const SA_T *xs, int64_t k, const SA_T *b,
-                                                                        SA_T *y, int64_t ldy) {
+/* y[:M, g:g + 16] (+ b[g:g + 16]) for the group at wg in rows16.h's layout of the blocks of 32
+ * (kind: the file's, Q8_0 .. Q5_0), x as sa_quantize_q8's xq, xd, xs: per block and row of x, a =
+ * sum_t u x over the block (u: the unsigned q, the 16 rows' lanes: vpdpbusd of a run's bytes, or
+ * of its nibbles with Q5_0's fifth bits added under byte masks, against 4 bytes of x broadcast),
+ * then for the 16 rows at once y += d d_x a + m xs (Q4_1) or d (d_x a - c xs) with u = q + c (c: 8
+ * for Q4_0, 16 for Q5_0, 128 for Q8_0). a is exact (at most 32 x 255 x 128). */
+static inline __attribute__((always_inline)) void SA_FN(sa_b16_group)(const int kind, const int M,
+                                                                      const uint8_t *wg, const int8_t *xq,
+                                                                      const SA_T *xd, const SA_T *xs, int64_t k,
+                                                                      const SA_T *b, SA_T *y, int64_t ldy) {
     const int64_t nb = k / 32, nbp = (k / 32 + SA_QCH - 1) / SA_QCH * SA_QCH;
+    const int bytes = SA_B16_BYTES(kind), at = SA_B16_RUNS(kind);
+    const float c = kind == SA_Q8_0 ? 128 : kind == SA_Q4_0 ? 8 : 16;
     const __m512i m4 = _mm512_set1_epi8(15), sixteen = _mm512_set1_epi8(16);
     /* bit t of a run's byte of qh for byte t of the low nibbles, bit 4 + t for the high ones */
     const __m512i blo = _mm512_set1_epi32(0x08040201), bhi = _mm512_set1_epi32((int)0x80402010u);
@@ -754,35 +758,54 @@ static inline __attribute__((always_inline)) void SA_FN(sa_q5016_group)(const in
 #pragma GCC unroll 8
     for (int r = 0; r < M; r++) fa[r] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
-        const uint8_t *p = wg + SA_Q5016_BLOCK * i;
-        __builtin_prefetch(p + 4 * SA_Q5016_BLOCK, 0, SA_QLOC);
-        __builtin_prefetch(p + 4 * SA_Q5016_BLOCK + 64, 0, SA_QLOC);
-        const __m512i qh = _mm512_loadu_si512((const void *)(p + 32));
+        const uint8_t *p = wg + bytes * i;
+        __builtin_prefetch(p + 4 * bytes, 0, SA_QLOC);
+        __builtin_prefetch(p + 4 * bytes + 64, 0, SA_QLOC);
         __m512i a[SA_QROWS];
 #pragma GCC unroll 8
         for (int r = 0; r < M; r++) a[r] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; c++) {
-            /* byte c of each row's qh in all 4 of its bytes (vpshufb within 128-bit lanes: 4 rows a lane) */
-            const __m512i spread = _mm512_shuffle_epi8(qh, _mm512_add_epi8(spread0, _mm512_set1_epi8((char)c)));
-            const __m512i v = _mm512_loadu_si512((const void *)(p + 96 + 64 * c));
-            __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-            lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(spread, blo), lo, sixteen);
-            hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(spread, bhi), hi, sixteen);
+        if (kind == SA_Q8_0) {
 #pragma GCC unroll 8
-            for (int r = 0; r < M; r++) {
-                int32_t x0, x1;
-                memcpy(&x0, xq + r * k + 32 * i + 8 * c, 4);
-                memcpy(&x1, xq + r * k + 32 * i + 8 * c + 4, 4);
-                a[r] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(a[r], lo, _mm512_set1_epi32(x0)), hi,
-                                           _mm512_set1_epi32(x1));
+            for (int u = 0; u < 8; u++) {
+                const __m512i v = _mm512_loadu_si512((const void *)(p + at + 64 * u));
+#pragma GCC unroll 8
+                for (int r = 0; r < M; r++) {
+                    int32_t x0;
+                    memcpy(&x0, xq + r * k + 32 * i + 4 * u, 4);
+                    a[r] = _mm512_dpbusd_epi32(a[r], v, _mm512_set1_epi32(x0));
+                }
+            }
+        } else {
+            const __m512i qh = kind == SA_Q5_0 ? _mm512_loadu_si512((const void *)(p + 32)) : m4;
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++) {
+                const __m512i v = _mm512_loadu_si512((const void *)(p + at + 64 * u));
+                __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                if (kind == SA_Q5_0) {
+                    /* byte u of each row's qh in all 4 of its bytes (vpshufb within 128-bit lanes: 4 rows a lane) */
+                    const __m512i spread = _mm512_shuffle_epi8(qh, _mm512_add_epi8(spread0, _mm512_set1_epi8((char)u)));
+                    lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(spread, blo), lo, sixteen);
+                    hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(spread, bhi), hi, sixteen);
+                }
+#pragma GCC unroll 8
+                for (int r = 0; r < M; r++) {
+                    int32_t x0, x1;
+                    memcpy(&x0, xq + r * k + 32 * i + 8 * u, 4);
+                    memcpy(&x1, xq + r * k + 32 * i + 8 * u + 4, 4);
+                    a[r] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(a[r], lo, _mm512_set1_epi32(x0)), hi,
+                                               _mm512_set1_epi32(x1));
+                }
             }
         }
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+        const __m512 mw = kind == SA_Q4_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32))) : d;
 #pragma GCC unroll 8
         for (int r = 0; r < M; r++) {
             fa[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[r]), _mm512_mul_ps(d, _mm512_set1_ps(xd[r * nbp + i])), fa[r]);
-            fa[r] = _mm512_fnmadd_ps(d, _mm512_set1_ps(16 * xs[r * nbp + i]), fa[r]);
+            if (kind == SA_Q4_1)
+                fa[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xs[r * nbp + i]), fa[r]);
+            else
+                fa[r] = _mm512_fnmadd_ps(d, _mm512_set1_ps(c * xs[r * nbp + i]), fa[r]);
         }
     }
 #pragma GCC unroll 8
@@ -791,29 +814,27 @@ static inline __attribute__((always_inline)) void SA_FN(sa_q5016_group)(const in
 }
 #endif
 
-/* sa_linear_q8x_rows for Q5_0 in rows16.h's layout: sa_q4k16_rows's scheme (whole groups by the
- * VNNI kernel, other rows and copies unpacked to the file's blocks) */
+/* sa_linear_q8x_rows for the blocks of 32 in rows16.h's layout (kind16: SA_Q8_016 .. SA_Q5_016):
+ * sa_q4k16_rows's scheme (whole groups by the VNNI kernel, other rows and copies unpacked to the
+ * file's blocks and multiplied as the file's kind) */
 static void SA_FN(sa_linear_q8x_rows)(int kind, const int8_t *xq, const SA_T *xd, const SA_T *xs, int64_t k,
                                       int64_t m, const uint8_t *w, int64_t ldw, const SA_T *b, int64_t j0,
                                       int64_t j1, SA_T *y, int64_t ldy);
-static void SA_FN(sa_q5016_rows)(const int8_t *xq, const SA_T *xd, const SA_T *xs, int64_t k, int64_t m,
-                                 const uint8_t *w, int64_t ldw, const SA_T *b, int64_t j0, int64_t j1, SA_T *y,
-                                 int64_t ldy) {
+static void SA_FN(sa_b16_rows)(const int kind16, const int8_t *xq, const SA_T *xd, const SA_T *xs, int64_t k,
+                               int64_t m, const uint8_t *w, int64_t ldw, const SA_T *b, int64_t j0, int64_t j1,
+                               SA_T *y, int64_t ldy) {
+    const int kind = SA_B16_FILE(kind16);
     int64_t g0 = j1, g1 = j1;  /* the whole groups [g0, g1) */
 #if SA_X86 && SA_VBYTES == 64 && defined(__AVX512BW__) && defined(__AVX512VNNI__)
     g0 = (j0 + 15) / 16 * 16, g1 = j1 / 16 * 16;
     if (g1 < g0) g0 = g1 = j1;
     for (int64_t g = g0; g < g1; g += 16) {
-#define SA_R16_CALL(M) SA_FN(sa_q5016_group)(M, w + g * ldw, xq, xd, xs, k, b ? b + g : NULL, y + g, ldy)
-        switch ((int)m) {
-            case 1: SA_R16_CALL(1); break;
-            case 2: SA_R16_CALL(2); break;
-            case 3: SA_R16_CALL(3); break;
-            case 4: SA_R16_CALL(4); break;
-            case 5: SA_R16_CALL(5); break;
-            case 6: SA_R16_CALL(6); break;
-            case 7: SA_R16_CALL(7); break;
-            case 8: SA_R16_CALL(8); break;
+#define SA_R16_CALL(K, M) SA_FN(sa_b16_group)(K, M, w + g * ldw, xq, xd, xs, k, b ? b + g : NULL, y + g, ldy)
+        switch (kind * SA_QROWS + (int)m - 1) {
+            SA_QCASES(SA_Q8_0, SA_R16_CALL)
+            SA_QCASES(SA_Q4_0, SA_R16_CALL)
+            SA_QCASES(SA_Q4_1, SA_R16_CALL)
+            SA_QCASES(SA_Q5_0, SA_R16_CALL)
             default: break;
         }
 #undef SA_R16_CALL
@@ -828,8 +849,11 @@ static void SA_FN(sa_q5016_rows)(const int8_t *xq, const SA_T *xd, const SA_T *x
             for (int64_t r = 0; r < m; r++) y[r * ldy + j] = NAN;
             continue;
         }
-        sa_q5016_unpack_row(w, ldw, j, row);
-        SA_FN(sa_linear_q8x_rows)(SA_Q5_0, xq, xd, xs, k, m, row, ldw, b ? b + j : NULL, 0, 1, y + j, ldy);
+        sa_b16_unpack_row(kind, w, ldw, j, row);
+        if (kind == SA_Q5_0)
+            SA_FN(sa_linear_q8x_rows)(kind, xq, xd, xs, k, m, row, ldw, b ? b + j : NULL, 0, 1, y + j, ldy);
+        else
+            SA_FN(sa_linear_q8_rows)(kind, xq, xd, xs, k, m, row, ldw, 1, b ? b + j : NULL, 0, 1, y + j, ldy);
     }
     free(row);
 }
@@ -837,8 +861,8 @@ static void SA_FN(sa_q5016_rows)(const int8_t *xq, const SA_T *xd, const SA_T *x
 static void SA_FN(sa_linear_q8x_rows)(int kind, const int8_t *xq, const SA_T *xd, const SA_T *xs, int64_t k,
                                       int64_t m, const uint8_t *w, int64_t ldw, const SA_T *b, int64_t j0,
                                       int64_t j1, SA_T *y, int64_t ldy) {
-    if (kind == SA_Q5_016) {
-        SA_FN(sa_q5016_rows)(xq, xd, xs, k, m, w, ldw, b, j0, j1, y, ldy);
+    if (SA_B16_FILE(kind) >= 0) {
+        SA_FN(sa_b16_rows)(kind, xq, xd, xs, k, m, w, ldw, b, j0, j1, y, ldy);
         return;
     }
 #if SA_X86 && SA_VBYTES == 64 && defined(__AVX512BW__)

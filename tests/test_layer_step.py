@@ -32,15 +32,17 @@ def blocks(rng, kind, k, n, activations):
 
 def family_blocks(rng, kind, k, n, activations):
     """A QuantizedMatrix (k, n) of random valid `kind` blocks (any of quant.KINDS), weights of about
-    1 / sqrt(k); Q4_K's and Q5_0's read-only, as a file's are (the int8 step then reads them in
-    groups of 16 rows where the backend has that layout: QuantizedMatrix.rows16)."""
+    1 / sqrt(k); those of quant.ROWS16's kinds read-only, as a file's are (the int8 step then reads
+    them in groups of 16 rows where the backend has that layout: QuantizedMatrix.rows16)."""
     from llama_files import k_blocks
     if kind in ("Q4_K", "Q5_K", "Q6_K"):
         b = k_blocks(rng, kind, n, k)
         b.flags.writeable = kind != "Q4_K"
         return QuantizedMatrix(kind, b, activations)
     if kind in ("Q8_0", "Q4_0", "Q4_1"):
-        return blocks(rng, kind, k, n, activations)
+        W = blocks(rng, kind, k, n, activations)
+        W.blocks.flags.writeable = False
+        return W
     size = ref.QUANT_BLOCKS[kind][1]
     b = rng.integers(0, 256, (n, k // 32, size), dtype=np.uint8)
     d = np.float16(1 / np.sqrt(k) / 9.2)  # 5-bit q: about 9.2 in size

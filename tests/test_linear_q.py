@@ -12,7 +12,7 @@ import pytest
 import silkattn
 from silkattn import reference as ref
 from silkattn._api import FEW_ROWS, LINEAR_ROWS
-from silkattn.quant import KINDS, ROW_KINDS, QuantizedMatrix
+from silkattn.quant import KINDS, ROW_KINDS, ROWS16, QuantizedMatrix
 
 from conftest import f64
 
@@ -460,14 +460,15 @@ def test_the_integer_gemm_on_every_edge(rng, kind, m, blocks_a_row, n):
         gemm_q8(X, W.blocks, W.code, np.empty((m, n + 1), np.float32), 1)
 
 
-@pytest.mark.parametrize("kind", ["Q4_K", "Q5_0"])
+@pytest.mark.parametrize("kind", ROWS16)
 @pytest.mark.parametrize("n, blocks_a_row", [(16, 1), (48, 3), (272, 2)])
 def test_blocks_in_groups_of_16_rows(rng, kind, n, blocks_a_row):
-    """The int8 decoding kernels' layouts of Q4_K and Q5_0 (quant.ROWS16, kernels/rows16.h): the
-    file's bits rearranged in groups of 16 rows (unpacked back to the bit, each row's d where the
-    layout puts it), and linear_qx on them, 1 to 8 rows with a bias, within the bound of the file's
-    product and close to its result: on the VNNI copy their own kernels, on every other copy
-    (test_portable) the rows unpacked."""
+    """The int8 decoding kernels' layouts of Q8_0, Q4_0, Q4_1, Q5_0 and Q4_K (quant.ROWS16,
+    kernels/rows16.h): the file's bits rearranged in groups of 16 rows (unpacked back to the bit,
+    each row's d where the layout puts it), and linear_qx on them, 1 to 8 rows with a bias, within
+    the bound of the file's product and close to its result (the file's kernel: linear_q for the
+    kinds it takes, linear_qx for the others): on the VNNI copy their own kernels, on every other
+    copy (test_portable) the rows unpacked."""
     lq = pytest.importorskip("silkattn._cy.linear_q")
     weights, size = ref.QUANT_BLOCKS[kind]
     k = (256 if kind == "Q4_K" else 32) * blocks_a_row
@@ -484,7 +485,7 @@ def test_blocks_in_groups_of_16_rows(rng, kind, n, blocks_a_row):
         X = rng.standard_normal((m, k)).astype(np.float32)
         out, file = np.empty((m, n), np.float32), np.empty((m, n), np.float32)
         lq.linear_qx(X, packed, code, b, out, True, True, 2)
-        lq.linear_qx(X, W.blocks, W.code, b, file, True, True, 2)
+        (lq.linear_q if kind in ROW_KINDS else lq.linear_qx)(X, W.blocks, W.code, b, file, True, True, 2)
         X64, W64 = f64(ref.round_q8(X, ref.Q8_BLOCK[kind]), W.dequantize())
         expected, M = X64 @ W64 + b, np.abs(X64) @ np.abs(W64) + np.abs(b)
         assert (np.abs(out - expected) <= (k + 2) * 2.0 ** -24 * M).all()
@@ -499,15 +500,15 @@ def test_blocks_in_groups_of_16_rows(rng, kind, n, blocks_a_row):
     with pytest.raises(ValueError, match="pack_rows16"):  # rows not whole groups
         lq.pack_rows16(W.blocks[:n - 1].copy(), W.code)
     with pytest.raises(ValueError, match="pack_rows16"):  # a kind without the layout
-        lq.pack_rows16(W.blocks, KINDS.index("Q8_0"))
+        lq.pack_rows16(any_blocks(rng, "Q5_1", n, 32), KINDS.index("Q5_1"))
 
 
-@pytest.mark.parametrize("kind", ["Q4_K", "Q5_0"])
+@pytest.mark.parametrize("kind", ROWS16)
 def test_int8_products_read_their_packed_copy(backend, rng, kind):
-    """ops.linear with an int8 Q4_K or Q5_0 matrix of whole groups of 16 rows, its blocks read-only
-    (as a GGUF file's), packs it once (where the backend has the layout: QuantizedMatrix.rows16)
-    and keeps it; float32 activations, rows not a multiple of 16, other kinds and writeable blocks
-    (a copy could go stale) keep the file's blocks."""
+    """ops.linear with an int8 matrix of quant.ROWS16's kinds, whole groups of 16 rows, its blocks
+    read-only (as a GGUF file's), packs it once (where the backend has the layout:
+    QuantizedMatrix.rows16) and keeps it; float32 activations, rows not a multiple of 16, other
+    kinds and writeable blocks (a copy could go stale) keep the file's blocks."""
     W = QuantizedMatrix(kind, read_only(any_blocks(rng, kind, 32, 512)), "int8")
     X = rng.standard_normal((2, 512)).astype(np.float32)
     X64, W64 = f64(ref.round_q8(X, ref.Q8_BLOCK[kind]), W.dequantize())

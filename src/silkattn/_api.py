@@ -294,9 +294,9 @@ def linear_q(kernels, X, W, b, out):
     rowed = W.kind in quant.ROW_KINDS  # else every product is the GEMM path's, a few rows too
     # int8 rows past LINEAR_ROWS: the integer GEMM
     few = dtype == np.float32 and 0 < rows <= (LINEAR_ROWS if W.q8 else FEW_ROWS) and n
-    kernel = kernels.linear_q if rowed else kernels.linear_qx
-    if kernel is not None and few:
-        blocks, code = (W.blocks, W.code) if rowed else _row_blocks(kernels, W)
+    if few and (kernels.linear_q if rowed else kernels.linear_qx) is not None:
+        blocks, code = (W.blocks, W.code) if rowed and not W.q8 else _row_blocks(kernels, W)
+        kernel = kernels.linear_q if code == W.code and rowed else kernels.linear_qx  # a layout: linear_qx
         step = LINEAR_ROWS if rowed or W.q8 else QX_ROWS
         x, y, bias = _rows(X), out.reshape(-1, n), _NO_BIAS[dtype] if b is None else b
         for i in range(0, rows, step):
@@ -331,8 +331,9 @@ def linear_q(kernels, X, W, b, out):
 
 def _row_blocks(kernels, W):
     """(blocks, kind code) an int8 product of W reads: W's own, or where the backend has a layout of
-    them for its int8 kernels (QuantizedMatrix.rows16: Q4_K, Q5_0 in groups of 16 rows) that one,
-    made on the first call and kept with W (the few-row kernels and the integer GEMM read it)."""
+    them for its int8 kernels (QuantizedMatrix.rows16: quant.ROWS16's kinds in groups of 16 rows)
+    that one, made on the first call and kept with W (the few-row kernels and the integer GEMM read
+    it)."""
     if kernels.pack_rows16 is not None:
         packed = W.rows16(lambda blocks, kind: kernels.pack_rows16(blocks, kind,
                                                                      threads_for(blocks.size, LINEAR_WORK)))
