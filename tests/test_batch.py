@@ -36,6 +36,25 @@ def test_batch_greedy_is_generate_one_at_a_time(files, name, on_backend, threads
     assert model.stats["prompt_tokens"] == sum(map(len, PROMPTS))
 
 
+@pytest.mark.parametrize("name, activations", [("llama-Q4_1", "float32"), ("llama-Q4_1", "int8"),
+                                              ("gemma3-window-Q8_0", "float32"), ("mqa-F16", "float32")])
+def test_a_lone_sequence_takes_the_fused_step(files, name, activations, on_backend):
+    """One sequence at a time whose positions fit in a page: its steps are the model's fused step
+    over the page (what generate runs; int8 too, so its tokens are generate's), where the model has
+    one (its matrices blocks: not the F16 file), and its pages come back for the next."""
+    model = llama.load(files[name], activations=activations)
+    new = [20, 7, 33, 1, 12, 25]
+    alone = [model.generate(p, n, ignore_eos=True) for p, n in zip(PROMPTS, new)]
+    fused, step = [], model._step
+    model._step = lambda *a: (fused.append(1), step(*a))[1]
+    assert model.generate_batch(PROMPTS, new, ignore_eos=True, max_batch=1, page_keys=64) == alone
+    assert len(fused) == (sum(new) - len(new) if model._fused else 0) and (name == "mqa-F16") != model._fused
+    model._step = step
+    if activations == "float32":  # together, then the last one alone: int8's tokens may differ (below)
+        together = model.generate_batch(PROMPTS[:3], new[:3], ignore_eos=True, max_batch=3, page_keys=64)
+        assert together == alone[:3]
+
+
 def test_batch_of_int8_activations_follows_the_model(files, on_backend):
     """int8 activations: rounding x to 8 bits turns the last-bit differences of two summation orders
     into steps of d_x w (here up to 0.04 in a logit), so tokens are not compared across paths; each

@@ -13,7 +13,8 @@ first tokens (Llama._prefill_batch: packed end to end, one pass over the weights
 PREFILL_ROWS rows, each prompt's keys and values written straight to its pages); then every
 sequence already running writes one token, all of them in one pass over the weights
 (Llama._run_batch: the few-rows kernels or the GEMM over B rows, the attention of each over its own
-pages). A sequence leaves when it writes EOS (unless ignore_eos) or its max_new_tokens, or when it
+pages); a sequence running alone within one page takes the model's fused step instead, as generate
+does. A sequence leaves when it writes EOS (unless ignore_eos) or its max_new_tokens, or when it
 is cancelled, and its pages go back to the pool at once. Each sequence samples with its own
 settings and seed (reference.next_token, as Llama.generate does), so each one's tokens are those
 that generate gives it alone.
@@ -129,6 +130,7 @@ class Batch:
             cache_tokens = self.max_batch * min(model.config.context_length, POSITIONS)
         self.pool = KVPool(model.config, cache_tokens, cache_bytes, page_keys)
         self.waiting, self.running = [], []
+        self._steps = {}  # page -> the fused step's records over it (_lone)
         self.stats = {"steps": 0, "prompt_tokens": 0, "new_tokens": 0, "prefill_s": 0.0, "decode_s": 0.0,
                       "batch_rows": 0}
 
@@ -202,16 +204,33 @@ class Batch:
                 if seq.length >= len(seq.pages) * self.pool.page_keys:
                     seq.pages.append(self.pool.take())
                     seq.reserved -= 1
-            positions = np.array([seq.length for seq in old])
-            table = np.zeros((len(old), max(len(seq.pages) for seq in old)), np.int64)
-            for row, seq in zip(table, old):
-                row[:len(seq.pages)] = seq.pages
-            tokens = np.array([seq.new[-1] for seq in old])
-            logits = self.model._run_batch(tokens, positions, self.pool, table, positions + 1)
+            logits = self._lone(old[0]) if len(old) == 1 else None
+            if logits is None:
+                positions = np.array([seq.length for seq in old])
+                table = np.zeros((len(old), max(len(seq.pages) for seq in old)), np.int64)
+                for row, seq in zip(table, old):
+                    row[:len(seq.pages)] = seq.pages
+                tokens = np.array([seq.new[-1] for seq in old])
+                logits = self.model._run_batch(tokens, positions, self.pool, table, positions + 1)
             self.stats["decode_s"] += time.perf_counter() - start
             self.stats["batch_rows"] += len(old)
             written += [(seq, self._next(seq, row)) for seq, row in zip(old, logits)]
         return written
+
+    def _lone(self, seq):  # -> logits (1, vocab), or None where the batch's step must run
+        """A sequence running alone whose positions all fit in one page takes the model's fused
+        decoding step (Llama._step, what generate runs) over that page as its cache: one page is
+        (h_kv, page_keys, d_head) a layer, the layout of a sequence's own cache. The step's records
+        are made once a page and kept (the page's views, their scratch)."""
+        if not self.model._fused or len(seq.pages) != 1 \
+                or len(seq.ids) + seq.max_new_tokens > self.pool.page_keys:
+            return None
+        page = seq.pages[0]
+        steps = self._steps.get(page)
+        if steps is None:
+            steps = self._steps[page] = self.model.layer_steps(
+                [self.pool.data[i, :, page] for i in range(self.model.config.n_layers)])
+        return self.model._step(steps, seq.new[-1], seq.length)
 
     def _next(self, seq, logits):  # -> the token written
         token = ref.next_token(logits, seq.temperature, seq.top_k, seq.rng, seq.top_p)
