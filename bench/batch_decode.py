@@ -95,7 +95,19 @@ def run_llama_cpp(path, threads, repeats, prompts, new):
     return {"tokens_per_s": float(np.median(rates)), "first": [o[:8] for o in out]}
 
 
+def physical(threads):  # -> {"sgemm": GMAC/s, "int8": GMAC/s, "copy": GB/s} on `threads` threads
+    import threadpoolctl
+
+    from silkattn._bench.worker import copy_rate, gemm_rate, int8_rate
+    with threadpoolctl.threadpool_limits(threads):
+        rates = {"sgemm": gemm_rate(np.float32) / 2, "copy": copy_rate()}
+    rates["int8"] = int8_rate(threads)[0]
+    return rates
+
+
 def child(args):
+    if args.child == "physical":
+        return print("RESULT " + json.dumps(physical(args.threads)))
     prompts = json.loads(args.prompts)
     if args.child == "llama.cpp":
         out = run_llama_cpp(args.model, args.threads, args.repeats, prompts, args.new_tokens)
@@ -127,13 +139,16 @@ def main():
     print(cpu_line())
     model = models.load(args.model)
     prompts = [list(map(int, ids)) for ids in _prompts(model.prompt_ids, args.sequences)]
+    macs = sum(W.shape[0] * W.shape[1] for L in model.layers for W in L.products) \
+        + model.head.shape[0] * model.head.shape[1]  # a token's multiply-adds in the products
     del model
     print(f"{os.path.basename(args.model)}: {args.sequences} sequences (prompts of "
           f"{min(map(len, prompts))}-{max(map(len, prompts))} tokens) x {args.new_tokens} greedy tokens, "
           f"{args.threads} thread(s), silkattn's activations {args.activations}; decode tokens/s, medians "
           f"of {args.repeats} after a warm-up")
     rows = {}
-    for who, py in (("alone", sys.executable), ("batch", sys.executable), ("llama.cpp", args.python)):
+    for who, py in (("alone", sys.executable), ("batch", sys.executable), ("llama.cpp", args.python),
+                    ("physical", sys.executable)):
         cmd = [py, __file__, "--child", who, "--model", args.model, "--threads", str(args.threads),
                "--repeats", str(args.repeats), "--prompts", json.dumps(prompts), "--new-tokens",
                str(args.new_tokens), "--activations", args.activations]
@@ -144,10 +159,20 @@ def main():
             print(f"{who} failed:\n{out.stderr[-3000:]}")
             continue
         rows[who] = json.loads(line[-1][7:])
+        if who == "physical":
+            break
         label = {"alone": "silkattn, one sequence", "batch": "silkattn generate_batch",
                  "llama.cpp": "llama.cpp, one batch"}[who]
         print(f"{label:26s} {rows[who]['tokens_per_s']:8.1f} tokens/s")
-    rate = {who: r["tokens_per_s"] for who, r in rows.items()}
+    rate = {who: r["tokens_per_s"] for who, r in rows.items() if who != "physical"}
+    if "physical" in rows:  # the products' multiply-adds a second against this machine's ceilings
+        ph, ceiling = rows["physical"], "int8" if args.activations == "int8" else "sgemm"
+        print(f"  measured here, {args.threads} thread(s): numpy sgemm {ph['sgemm']:.0f} GMAC/s, int8 peak "
+              f"{ph['int8']:.0f} GMAC/s, copy {ph['copy']:.1f} GB/s; the products' {macs / 1e6:.1f} M "
+              "multiply-adds a token at")
+        for who, r in rate.items():
+            print(f"    {who:10s} {r * macs / 1e9:6.1f} GMAC/s = {r * macs / 1e9 / ph[ceiling]:.0%} of the "
+                  f"{ceiling} rate")
     if "batch" in rows and "alone" in rows:
         print(f"  generate_batch / one sequence: {rate['batch'] / rate['alone']:.2f}x the tokens per second")
     if "batch" in rows and "llama.cpp" in rows:
