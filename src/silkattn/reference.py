@@ -45,22 +45,33 @@ def softmax(x):
 
 
 def attention(Q, K, V, mask=None, *, scale=None, softcap=None, bias=None, alibi_slopes=None, causal=False,
-              window=None, q_offset=0):  # Q: (..., Hq, Sq, d_k)  K, V: (..., Hkv, Sk, d_k or d_v)
-    """softmax(hide(softcap(scale Q K^T) + bias + alibi)) V  ->  (..., Hq, Sq, d_v): see the module doc."""
-    K, V = kv_heads(Q, K), kv_heads(Q, V)
+              window=None, q_offset=0, return_lse=False):  # Q: (..., Hq, Sq, d_k)  K, V: (..., Hkv, Sk, d)
+    """softmax(hide(softcap(scale Q K^T) + bias + alibi)) V  ->  (..., Hq, Sq, d_v): see the module doc.
+    return_lse: (out, lse), lse (..., Hq, Sq) = log sum_j exp(s_j) of each row's final scores s (what
+    attention_backward recomputes the weights from: P = exp(s - lse))."""
+    scores = _scores(Q, K, mask, scale, softcap, bias, alibi_slopes, causal, window, q_offset)[0]
+    out = softmax(scores) @ kv_heads(Q, V)  # each row of weights sums to 1
+    if not return_lse:
+        return out
+    top = scores.max(-1)
+    return out, top + np.log(np.exp(scores - top[..., None]).sum(-1))
+
+
+def _scores(Q, K, mask, scale, softcap, bias, alibi_slopes, causal, window, q_offset):
+    """(s, s0, shown): attention's final scores s (..., Hq, Sq, Sk) (hidden ones replaced by -1e9),
+    s0 = scale Q K^T before the softcap, and which keys each query sees."""
+    K = kv_heads(Q, K)
     dt = np.result_type(Q.dtype, K.dtype, np.float32)
-    scores = Q @ np.swapaxes(K, -1, -2)  # (..., Sq, Sk): how hard each thread pulls
-    scores = scores / np.sqrt(dt.type(Q.shape[-1])) if scale is None else scores * dt.type(scale)
-    if softcap is not None:
-        scores = dt.type(softcap) * np.tanh(scores / dt.type(softcap))
+    s0 = Q @ np.swapaxes(K, -1, -2)  # (..., Sq, Sk): how hard each thread pulls
+    s0 = s0 / np.sqrt(dt.type(Q.shape[-1])) if scale is None else s0 * dt.type(scale)
+    scores = s0 if softcap is None else dt.type(softcap) * np.tanh(s0 / dt.type(softcap))
     if bias is not None:
         scores = scores + np.asarray(bias).astype(dt, copy=False)
     if alibi_slopes is not None:
         scores = scores + alibi(alibi_slopes, *scores.shape[-2:], q_offset, dt)
     shown = visible(*scores.shape[-2:], q_offset, causal, window)
     shown = shown if mask is None else np.logical_and(mask, shown)
-    scores = np.where(shown, scores, MASKED)  # replaced, so a fully hidden row is uniform: mean(V)
-    return softmax(scores) @ V  # each row of weights sums to 1
+    return np.where(shown, scores, MASKED), s0, shown  # replaced: a fully hidden row is uniform, mean(V)
 
 
 def kv_heads(Q, K):  # K: (..., Hkv, Sk, d) -> (..., Hq, Sk, d) for grouped-query attention
@@ -258,8 +269,11 @@ def generate(prompt_ids, P, max_new_tokens, *, memory=None, memory_mask=None, te
 
 def gelu(x):
     """x Phi(x) = x (1 + erf(x / sqrt 2)) / 2, the exact (erf) form, in x's dtype."""
-    erf = np.frompyfunc(math.erf, 1, 1)(np.asarray(x, np.float64) / math.sqrt(2)).astype(np.float64)
-    return (x * (1 + erf) / 2).astype(x.dtype)
+    return (x * (1 + _erf(x)) / 2).astype(x.dtype)
+
+
+def _erf(x):  # erf(x / sqrt 2) in float64
+    return np.frompyfunc(math.erf, 1, 1)(np.asarray(x, np.float64) / math.sqrt(2)).astype(np.float64)
 
 
 def bert_layer(X, p, mask=None, eps=1e-12):  # X: (..., seq, d)
@@ -568,3 +582,105 @@ class RoundsQ8:  # W whose products round their rows first: X @ RoundsQ8(W) = ro
 
     def __rmatmul__(self, X):
         return round_q8(X, self.block) @ self.W
+
+
+# ---- training: the backward passes. Each takes dY = dL/dY, the gradient of a scalar loss L with
+# respect to the forward's output, and the forward's inputs, and gives dL/d(each input) that a
+# gradient flows through (tests/test_reference_backward.py checks them by finite differences).
+
+def softmax_backward(dY, Y):  # Y = softmax(X) -> dX
+    """dX = Y (dY - sum_j dY_j Y_j) over the last axis."""
+    return Y * (dY - (dY * Y).sum(-1, keepdims=True))
+
+
+def attention_backward(dout, Q, K, V, out, lse, mask=None, *, scale=None, softcap=None, bias=None,
+                       alibi_slopes=None, causal=False, window=None, q_offset=0):  # -> (dQ, dK, dV)
+    """attention's gradients from its output and lse (attention(..., return_lse=True)), the same
+    keywords: P = exp(s - lse), dV = P^T dout, dS = P (dout V^T - rowsum(dout out)), zero where a
+    key is hidden, times 1 - tanh^2(s0 / softcap) under a softcap; dQ = scale dS K, dK = scale dS^T
+    Q. A K/V head read by a group of query heads (grouped-query) gets the group's sum."""
+    s, s0, shown = _scores(Q, K, mask, scale, softcap, bias, alibi_slopes, causal, window, q_offset)
+    dt = s.dtype
+    scale = 1 / np.sqrt(dt.type(Q.shape[-1])) if scale is None else dt.type(scale)
+    P = np.exp(s - lse[..., None])
+    Kh, Vh = kv_heads(Q, K), kv_heads(Q, V)
+    dS = P * (dout @ np.swapaxes(Vh, -1, -2) - (dout * out).sum(-1, keepdims=True))
+    dS = np.where(shown, dS, 0)  # a hidden score is the constant -1e9
+    if softcap is not None:
+        dS = dS * (1 - np.tanh(s0 / dt.type(softcap)) ** 2)
+    dK, dV = scale * np.swapaxes(dS, -1, -2) @ Q, np.swapaxes(P, -1, -2) @ dout
+    return scale * dS @ Kh, _heads_back(dK, K, Q), _heads_back(dV, V, Q)
+
+
+def _heads_back(dKh, K, Q):  # the gradient of kv_heads(Q, K) (..., Hq, Sk, d) -> K's shape
+    if Q.ndim >= 3 and K.ndim >= 3 and K.shape[-3] not in (1, Q.shape[-3]):
+        dKh = dKh.reshape(dKh.shape[:-3] + (K.shape[-3], -1) + dKh.shape[-2:]).sum(-3)
+    dKh = dKh.sum(tuple(range(dKh.ndim - K.ndim)))  # leading axes K was broadcast over
+    return dKh.sum(tuple(i for i, n in enumerate(K.shape) if n == 1 and dKh.shape[i] != 1), keepdims=True)
+
+
+def layer_norm_backward(dY, X, g, eps=LN_EPS):  # -> (dX, dg, db)
+    """Y = g Xh + b, Xh = (X - mean) / sigma, sigma = sqrt(var + eps): dg = sum dY Xh and db = sum dY
+    over the rows; dX = (G - mean(G) - Xh mean(G Xh)) / sigma with G = g dY."""
+    sigma = np.sqrt(X.var(-1, keepdims=True) + X.dtype.type(eps))
+    Xh, G = (X - X.mean(-1, keepdims=True)) / sigma, g * dY
+    dX = (G - G.mean(-1, keepdims=True) - Xh * (G * Xh).mean(-1, keepdims=True)) / sigma
+    rows = tuple(range(X.ndim - 1))
+    return dX, (dY * Xh).sum(rows), dY.sum(rows)
+
+
+def rms_norm_backward(dY, X, g, eps=1e-5):  # -> (dX, dg)
+    """Y = g X r, r = 1 / sqrt(mean(X^2) + eps): dg = sum dY X r over the rows; dX = r (G - X r^2
+    mean(G X)) with G = g dY."""
+    r = 1 / np.sqrt((X * X).mean(-1, keepdims=True) + X.dtype.type(eps))
+    G = g * dY
+    return r * (G - X * (r * r) * (G * X).mean(-1, keepdims=True)), (dY * X * r).sum(tuple(range(X.ndim - 1)))
+
+
+def linear_backward(dY, X, W):  # Y = X W (+ b) -> (dX, dW, db)
+    """dX = dY W^T; dW = X^T dY and db = sum dY over every row (X's leading axes as rows)."""
+    rows, drows = X.reshape(-1, X.shape[-1]), dY.reshape(-1, dY.shape[-1])
+    return dY @ W.T, rows.T @ drows, drows.sum(0)
+
+
+def gelu_grad(x):
+    """d gelu / dx = Phi(x) + x phi(x) (the exact GELU's), in x's dtype."""
+    x64 = np.asarray(x, np.float64)
+    return ((1 + _erf(x)) / 2 + x64 * np.exp(-x64 * x64 / 2) / math.sqrt(2 * math.pi)).astype(x.dtype)
+
+
+def feed_forward_backward(dY, X, W1, b1, W2, b2, activation="relu"):  # -> (dX, dW1, db1, dW2, db2)
+    """The gradients of act(X W1 + b1) W2 + b2, act ReLU (feed_forward) or the exact GELU (gelu):
+    back through W2, the activation's slope (ReLU's: 1 where X W1 + b1 > 0), then W1."""
+    if activation not in ("relu", "gelu"):
+        raise ValueError(f"activation must be 'relu' or 'gelu', got {activation!r}")
+    Z = X @ W1 + b1
+    dH, dW2, db2 = linear_backward(dY, np.maximum(Z, 0) if activation == "relu" else gelu(Z), W2)
+    dX, dW1, db1 = linear_backward(dH * ((Z > 0) if activation == "relu" else gelu_grad(Z)), X, W1)
+    return dX, dW1, db1, dW2, db2
+
+
+def embedding_backward(dX, ids, vocab):  # X = E[ids] -> dE (vocab, d)
+    """dE[t] = the sum of dX's rows at the positions where ids is t (zero for tokens not seen)."""
+    dE = np.zeros((vocab, dX.shape[-1]), dX.dtype)
+    np.add.at(dE, np.asarray(ids).reshape(-1), dX.reshape(-1, dX.shape[-1]))
+    return dE
+
+
+def cross_entropy(H, E, targets):  # H: (..., d) rows; E: (vocab, d), the tied output projection
+    """The mean over H's rows of -log softmax(H E^T)[target]: next-token cross-entropy with the
+    logits H E^T (transformer's tied output projection)."""
+    logits = H.reshape(-1, H.shape[-1]) @ E.T
+    top = logits.max(-1, keepdims=True)
+    lse = top[:, 0] + np.log(np.exp(logits - top).sum(-1))
+    return (lse - logits[np.arange(len(logits)), np.asarray(targets).reshape(-1)]).mean()
+
+
+def cross_entropy_backward(H, E, targets, dloss=1.0):  # -> (dH, dE)
+    """With Z = H E^T: dZ = dloss (softmax(Z) - onehot(target)) / rows; dH = dZ E, dE = dZ^T H."""
+    rows = H.reshape(-1, H.shape[-1])
+    Z = rows @ E.T
+    dZ = softmax(Z)
+    dZ[np.arange(len(Z)), np.asarray(targets).reshape(-1)] -= 1
+    dZ *= H.dtype.type(dloss / len(Z))
+    return (dZ @ E).reshape(H.shape), dZ.T @ rows
