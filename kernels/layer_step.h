@@ -310,3 +310,155 @@ static void sa_layer_run(int isa, const sa_layer *L, int num_threads) {
         }
     }
 }
+
+/* ---- A batch's rows through one layer (batched decoding: each row a sequence's token at its own
+ * position over its own cache), in one call: the same stages as sa_layer_run, each over the m
+ * rows, the products' row kernels taking up to 8 rows of x a pass over W (4 for the float32
+ * K-quant and Q5 kernels, as silkattn._api's QX_ROWS). The Llama family's layers: block products,
+ * pre-norm, self-attention (no cross-attention, no float32 weights: sa_layer_run takes those). */
+typedef struct {
+    int64_t m;              /* rows */
+    float *x;               /* (m, d): the residual rows, updated in place */
+    float *K, *V;           /* the pool of caches, each laid out as L->K's (h_kv head_stride elements) */
+    const int64_t *at;      /* (m, 4): each row's cache row, first key row seen, keys seen, and the
+                               offset (elements) of its cache in K and V (its page's) */
+    const float *cos, *sin; /* (m, dh / 2): each row's rotary row, or NULL: no rotary */
+    float *qkv, *a, *hn, *f, *y, *scores;  /* scratch: (m, (h + 2 h_kv) dh), (m, h dh), (m, max(d, d_ff)),
+                                              (m, 2 d_ff), (m, d), (m h, L->ld_scores) */
+    float *xs, *xd;         /* scratch: (m, nbp) of the widest product input (nbp: its k / 32 padded to SA_QCH) */
+    int8_t *xq;             /* scratch: (m, the widest k) */
+} sa_rows;
+
+/* y[:, j0:j1] (ld ldy) = in W[j0:j1]^T (+ b) for mr <= 8 rows of x (in, xq: their first; xd, xs: the
+ * forms' rows of stride nbp, the K-quants' sums of stride k / 16 int16) */
+static inline void sa_rows_block(int isa, const sa_layer *L, const sa_matrix *W, const float *in, const int8_t *xq,
+                                 const float *xd, const float *xs, int64_t mr, int64_t j0, int64_t j1, float *y,
+                                 int64_t ldy) {
+    const int64_t k = W->k, n = W->n, ldw = k / SA_QWEIGHTS(W->kind) * SA_QBYTES(W->kind);
+    const int ext = W->kind >= SA_QROW_KINDS;
+    const uint8_t *w = (const uint8_t *)W->w;
+    if (L->q8 && SA_KQUANT(W->kind))
+        SA_PICK_Q8(sa_linear_q8k_rows_f32, isa)(W->kind, xq, xd, (const int16_t *)xs, k, mr, w, ldw, W->b, j0, j1,
+                                                y, ldy);
+    else if (ext && L->q8)
+        SA_PICK_Q8(sa_linear_q8x_rows_f32, isa)(W->kind, xq, xd, xs, k, mr, w, ldw, W->b, j0, j1, y, ldy);
+    else if (ext)
+        SA_PICK(sa_linear_qx_rows_f32, isa)(W->kind, in, k, mr, w, ldw, W->b, j0, j1, y, ldy);
+    else if (L->q8)
+        SA_PICK_Q8(sa_linear_q8_rows_f32, isa)(W->kind, xq, xd, xs, k, mr, w, ldw, n, W->b, j0, j1, y, ldy);
+    else
+        SA_PICK(sa_linear_q_rows_f32, isa)(W->kind, in, k, mr, w, ldw, n, xs, W->b, j0, j1, y, ldy);
+}
+
+/* y (m rows, ld ldy) = in W (+ b) for the m rows of in (ld W->k) over the team; the caller's
+ * barrier before, one after (the loop's) */
+static inline void sa_rows_product(int isa, const sa_layer *L, const sa_rows *R, const sa_matrix *W,
+                                   const float *in, float *y, int64_t ldy) {
+    const int64_t k = W->k, n = W->n, m = R->m, nbp = (k / 32 + SA_QCH - 1) / SA_QCH * SA_QCH;
+    const int form = sa_layer_xform(L, W->kind), kq = form == SA_X_Q8K;
+    const int step = !L->q8 && W->kind >= SA_QROW_KINDS ? 4 : 8;
+#ifdef _OPENMP
+#pragma omp single
+#endif
+    if (form != SA_X_NONE) {
+        for (int64_t i = 0; i < m * nbp; i++) R->xs[i] = R->xd[i] = 0;
+        if (form == SA_X_SUMS)
+            SA_PICK(sa_linear_q_xsum_f32, isa)(in, k, m, R->xs);
+        else if (kq)
+            SA_PICK(sa_quantize_q8k_f32, isa)(in, k, m, R->xq, R->xd, (int16_t *)R->xs);
+        else
+            SA_PICK(sa_quantize_q8_f32, isa)(in, k, m, R->xq, R->xd, R->xs);
+    }
+    const int64_t tasks = (n + SA_LAYER_ROWS - 1) / SA_LAYER_ROWS;
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+    for (int64_t t = 0; t < tasks; t++) {
+        const int64_t j0 = t * SA_LAYER_ROWS, j1 = j0 + SA_LAYER_ROWS < n ? j0 + SA_LAYER_ROWS : n;
+        for (int64_t r0 = 0; r0 < m; r0 += step) {
+            const float *xs = kq ? (const float *)((const int16_t *)R->xs + r0 * (k / 16)) : R->xs + r0 * nbp;
+            sa_rows_block(isa, L, W, in + r0 * k, R->xq + r0 * k, R->xd + r0 * nbp, xs,
+                          m - r0 < step ? m - r0 : step, j0, j1, y + r0 * ldy, ldy);
+        }
+    }
+}
+
+/* x_r += y_r, or with a sandwich norm x_r += rms_norm(y_r), each row */
+static inline void sa_rows_residual(int isa, const sa_layer *L, const sa_rows *R, const float *post) {
+    const int64_t d = L->d;
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+    for (int64_t r = 0; r < R->m; r++) {
+        float *y = R->y + r * d, *x = R->x + r * d;
+        if (post) SA_PICK(sa_rms_norm_row_f32, isa)(y, post, L->eps, y, d);
+        for (int64_t j = 0; j < d; j++) x[j] += y[j];
+    }
+}
+
+/* hn_r = norm(x_r), each row (ld d) */
+static inline void sa_rows_norm(int isa, const sa_layer *L, const sa_rows *R, const sa_norm *N) {
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+    for (int64_t r = 0; r < R->m; r++) sa_layer_norm(isa, N, R->x + r * L->d, L->eps, R->hn + r * L->d, L->d);
+}
+
+static void sa_layer_run_rows(int isa, const sa_layer *L, const sa_rows *R, int num_threads) {
+    (void)num_threads;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(num_threads)
+#endif
+    {
+        const int64_t m = R->m, d = L->d, h = L->h, hkv = L->h_kv, dh = L->dh, nh = h + 2 * hkv;
+        const int64_t dff = L->down.k, half = dh / 2, group = h / hkv;
+        int64_t nq = 0, nu = 0;
+        for (int p = 0; p < L->n_qkv; p++) nq += L->qkv[p].n;
+        for (int p = 0; p < L->n_up; p++) nu += L->up[p].n;
+        sa_rows_norm(isa, L, R, &L->norm1);
+        for (int p = 0, at = 0; p < L->n_qkv; at += L->qkv[p].n, p++)
+            sa_rows_product(isa, L, R, L->qkv + p, R->hn, R->qkv + at, nq);
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int64_t ru = 0; ru < m * nh; ru++) {  /* each row's Q, K, V heads: norms, rotary, to its cache */
+            const int64_t r = ru / nh, u = ru % nh;
+            float *head = R->qkv + r * nq + u * dh;
+            const float *gain = u < h ? L->q_norm : u < h + hkv ? L->k_norm : NULL;
+            if (gain) SA_PICK(sa_rms_norm_row_f32, isa)(head, gain, L->eps, head, dh);
+            if (u < h + hkv && R->cos) SA_PICK(sa_rope_row_f32, isa)(head, R->cos + r * half, R->sin + r * half, head, half);
+            if (u >= h) {
+                const int64_t g = u < h + hkv ? u - h : u - h - hkv;
+                float *row = (u < h + hkv ? R->K : R->V) + R->at[4 * r + 3] + g * L->head_stride
+                             + R->at[4 * r] * L->row_stride;
+                for (int64_t j = 0; j < dh; j++) row[j] = head[j];
+            }
+        }
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int64_t ru = 0; ru < m * h; ru++) {  /* each row's query heads over its own keys */
+            const int64_t r = ru / h, u = ru % h, g = u / group;
+            const int64_t first = R->at[4 * r + 3] + g * L->head_stride + R->at[4 * r + 1] * L->row_stride;
+            SA_PICK(sa_decode_head_f32, isa)(R->qkv + r * nq + u * dh, R->K + first, R->V + first, L->row_stride,
+                                             R->at[4 * r + 2], dh, L->scale, NULL, R->scores + ru * L->ld_scores,
+                                             R->a + r * h * dh + u * dh);
+        }
+        sa_rows_product(isa, L, R, &L->o, R->a, R->y, d);
+        sa_rows_residual(isa, L, R, L->post1);
+        sa_rows_norm(isa, L, R, &L->norm2);
+        for (int p = 0, at = 0; p < L->n_up; at += L->up[p].n, p++)
+            sa_rows_product(isa, L, R, L->up + p, R->hn, R->f + at, nu);
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int64_t r = 0; r < m; r++) {  /* act(gate) up into hn (ld d_ff) */
+            if (L->gate == 2)
+                SA_PICK(sa_gelu_tanh_mul_row_f32, isa)(R->f + r * nu, R->f + r * nu + dff, R->hn + r * dff, dff);
+            else
+                SA_PICK(sa_silu_mul_row_f32, isa)(R->f + r * nu, R->f + r * nu + dff, R->hn + r * dff, dff);
+        }
+        sa_rows_product(isa, L, R, &L->down, R->hn, R->y, d);
+        sa_rows_residual(isa, L, R, L->post2);
+    }
+}

@@ -9,6 +9,8 @@ cimport numpy as cnp
 
 cnp.import_array()
 
+import numpy as np
+
 from silkattn._cy import linear_q as _linear_q
 
 include "common.pxi"
@@ -61,6 +63,24 @@ cdef extern from "layer_step.h" nogil:
         int8_t *xq
         float *parts
     void sa_layer_run(int isa, const sa_layer *L, int num_threads)
+    ctypedef struct sa_rows:
+        int64_t m
+        float *x
+        float *K
+        float *V
+        const int64_t *at
+        const float *cos
+        const float *sin
+        float *qkv
+        float *a
+        float *hn
+        float *f
+        float *y
+        float *scores
+        float *xs
+        float *xd
+        int8_t *xq
+    void sa_layer_run_rows(int isa, const sa_layer *L, const sa_rows *R, int num_threads)
 
 
 cdef inline const void *_data(a):
@@ -176,3 +196,57 @@ def layer_step(step, float[::1] x, Py_ssize_t pos, int num_threads):
     L.cos = NULL if p.cos0 == NULL else p.cos0 + pos * p.half
     L.sin = NULL if p.sin0 == NULL else p.sin0 + pos * p.half
     _run(&L, p.kmax, p.nmax, num_threads)
+
+
+def layer_step_rows(step, float[:, ::1] x, const int64_t[:, ::1] at, float[::1] K, float[::1] V,
+                    const float[:, ::1] cos, const float[:, ::1] sin, int num_threads):
+    """The kernel contract's layer_step_rows (silkattn._api): the m rows of x (m, d) in place through
+    the record `step` (a Llama-family layer of block products, checked by the caller), row r a token
+    whose cache is the h_kv * head_stride elements of K and V (a pool of caches laid out as the
+    record's) from at[r, 3], its K and V written at cache row at[r, 0], its query over the at[r, 2]
+    rows from at[r, 1]; cos, sin (m, dh / 2) each row's rotary row (empty: none). What keeps the C
+    code within its arrays is checked here."""
+    cdef _Layer p = step.prepared.get("cython")
+    if p is None:
+        p = step.prepared["cython"] = _Layer(step)
+    cdef sa_layer L = p.L
+    cdef sa_rows R
+    cdef Py_ssize_t m = x.shape[0], r, nbp = (p.kmax // 32 + SA_QCH - 1) // SA_QCH * SA_QCH
+    cdef Py_ssize_t nq = sum(P.n for P in step.qkv), nu = sum(P.n for P in step.up), cache = step.h_kv * step.head_stride
+    if x.shape[1] != step.d or at.shape[0] != m or at.shape[1] != 4 or K.shape[0] != V.shape[0]:
+        raise ValueError("layer_step_rows: x, at or the pools do not fit the record")
+    for r in range(m):
+        if not (0 <= at[r, 0] < step.capacity and 0 <= at[r, 1] and 0 < at[r, 2] and at[r, 1] + at[r, 2] <= step.capacity
+                and 0 <= at[r, 3] and at[r, 3] + cache <= K.shape[0]):
+            raise ValueError(f"layer_step_rows: row {r}'s cache rows or pool offset are out of range")
+    if cos.shape[0] and (cos.shape[0] != m or sin.shape[0] != m or cos.shape[1] != p.half or sin.shape[1] != p.half):
+        raise ValueError("layer_step_rows: cos and sin must be (rows, dh / 2)")
+    if m == 0:
+        return
+    cdef Py_ssize_t hdh = step.h * step.dh, d = step.d, wide = max(step.d, step.d_ff)
+    cdef Py_ssize_t scores = step.h * step.scratch.scores.shape[1]
+    work = np.empty(m * (nq + hdh + wide + nu + d + scores), np.float32)
+    cdef float[::1] w = work
+    R.m, R.x, R.K, R.V, R.at = m, &x[0, 0], &K[0], &V[0], &at[0, 0]
+    R.cos, R.sin = NULL, NULL
+    if cos.shape[0]:
+        R.cos, R.sin = &cos[0, 0], &sin[0, 0]
+    R.qkv = &w[0]
+    R.a = R.qkv + m * nq
+    R.hn = R.a + m * hdh
+    R.f = R.hn + m * wide
+    R.y = R.f + m * nu
+    R.scores = R.y + m * d
+    R.xs = <float *>sa_alloc(m * nbp * sizeof(float))
+    R.xd = <float *>sa_alloc(m * nbp * sizeof(float))
+    R.xq = <int8_t *>sa_alloc(m * p.kmax)
+    if R.xs == NULL or R.xd == NULL or R.xq == NULL:
+        free(R.xs)
+        free(R.xd)
+        free(R.xq)
+        raise MemoryError("a layer step of rows could not allocate its scratch")
+    with nogil:
+        sa_layer_run_rows(ISA, &L, &R, num_threads)
+    free(R.xs)
+    free(R.xd)
+    free(R.xq)

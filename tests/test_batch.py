@@ -55,6 +55,20 @@ def test_a_lone_sequence_takes_the_fused_step(files, name, activations, on_backe
         assert together == alone[:3]
 
 
+@pytest.mark.parametrize("name", ["llama-Q4_1", "qwen2-Q8_0", "gemma3-window-Q8_0", "mqa-F16"])
+def test_sequences_within_a_page_each_take_the_fused_step_of_rows(files, name, on_backend, threads):
+    """Pages that hold each sequence whole: the running ones advance through ops.layer_step_rows
+    (one call a layer for all of them) where the model has a fused step, token for token what
+    generate gives each alone."""
+    model = llama.load(files[name])
+    new = [20, 7, 33, 1, 12, 25]
+    alone = [model.generate(p, n, ignore_eos=True) for p, n in zip(PROMPTS, new)]
+    rows, step_rows = [], model._step_rows
+    model._step_rows = lambda *a: (rows.append(len(a[1])), step_rows(*a))[1]
+    assert model.generate_batch(PROMPTS, new, ignore_eos=True, max_batch=4, page_keys=64) == alone
+    assert (max(rows, default=0) == 4) == model._fused and (name == "mqa-F16") != model._fused
+
+
 def test_batch_of_int8_activations_follows_the_model(files, on_backend):
     """int8 activations: rounding x to 8 bits turns the last-bit differences of two summation orders
     into steps of d_x w (here up to 0.04 in a logit), so tokens are not compared across paths; each

@@ -139,6 +139,55 @@ def test_layer_step_is_the_same_step_as_ops(on_backend, threads, rng, case):
             assert_close(a, b.astype(np.float64), np.float32, table)
 
 
+ROWS_CASES = [case for case in CASES if not case.startswith("listing")]
+
+
+@pytest.mark.parametrize("case", ROWS_CASES)
+def test_layer_step_rows_is_each_row_alone(on_backend, threads, rng, case):
+    """ops.layer_step_rows: 5 rows (a batch's step), each at a position of its own over its own page
+    of a pool of 7 caches (already holding keys), against layer_step of each row alone over a copy
+    of its page: the rows and every page."""
+    record, shape, d = CASES[case](rng)
+    K, V = (rng.standard_normal((7,) + shape).astype(np.float32) for _ in range(2))
+    K0, V0 = K.copy(), V.copy()
+    step = silkattn.ops.layer_step_record(cache=(K[0], V[0]), **record)
+    X = rng.standard_normal((5, d)).astype(np.float32)
+    positions, pages = np.array([0, 5, 2, 7, 3]) % step.positions, np.array([4, 0, 6, 2, 5])
+    expected = X.copy()
+    for x, pos, page in zip(expected, positions, pages):
+        alone = silkattn.ops.layer_step_record(cache=(K0[page], V0[page]), **record)
+        silkattn.ops.layer_step(alone, x, int(pos))
+    assert silkattn.ops.layer_step_rows(step, X, positions, K, V, pages) is X
+    table = TOL_Q8 if "int8" in case else TOL
+    for a, b in ((X, expected), (K, K0), (V, V0)):
+        assert_close(a, b.astype(np.float64), np.float32, table)
+
+
+def test_layer_step_rows_refuses_what_it_cannot_run(rng):
+    record, shape, d = CASES["llama Q8_0"](rng)
+    K, V = (np.zeros((3,) + shape, np.float32) for _ in range(2))
+    step = silkattn.ops.layer_step_record(cache=(K[0], V[0]), **record)
+    X = np.zeros((2, d), np.float32)
+    run = silkattn.ops.layer_step_rows
+    with pytest.raises(ValueError, match="distinct"):
+        run(step, X, [1, 2], K, V, [1, 1])
+    with pytest.raises(ValueError, match="pages must name"):
+        run(step, X, [1, 2], K, V, [0, 3])
+    with pytest.raises(ValueError, match="positions"):
+        run(step, X, [1, 8], K, V, [0, 1])
+    with pytest.raises(TypeError, match="positions"):
+        run(step, X, [1.0, 2.0], K, V, [0, 1])
+    with pytest.raises(ValueError, match="X must"):
+        run(step, X[:, :-1].copy(), [1, 2], K, V, [0, 1])
+    with pytest.raises(ValueError, match="K_pages"):
+        run(step, X, [1, 2], K[:, :, :4].copy(), V, [0, 1])
+    listing, shape, d = CASES["listing pre-norm"](rng)
+    K, V = (np.zeros((3,) + shape, np.float32) for _ in range(2))
+    with pytest.raises(ValueError, match="Llama-family"):
+        run(silkattn.ops.layer_step_record(cache=(K[0], V[0]), **listing), np.zeros((1, d), np.float32), [0],
+            K, V, [0])
+
+
 def test_a_block_product_with_a_bias_and_the_residual_is_refused(rng):
     record, shape, _ = llama_layer(rng, "Q8_0", "float32")
     record["o"] = (record["o"], np.zeros(64, np.float32))

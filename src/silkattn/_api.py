@@ -67,6 +67,7 @@ Attention kernels skip keys (tiles outside every row's window, fully masked tile
 reference weighs exp(-1e9 - max): exactly 0 unless the row's max is near -1e9, and such rows are
 recomputed exactly (the margin is named once per backend: kernels/attention.h, silkattn/numba/attention.py).
 """
+import dataclasses
 import math
 
 import numpy as np
@@ -1433,6 +1434,64 @@ def layer_step(kernels, step, x, pos):
 
 def _address(a):
     return a.__array_interface__["data"][0]
+
+
+def layer_step_rows(kernels, step, X, positions, K_pages, V_pages, pages):
+    """X (m, d) through one layer in place, row r at positions[r] over page pages[r] of the pools
+    (ops.layer_step_rows): Kernels.layer_step_rows, or each row through the ops over its page."""
+    if not isinstance(step, _step_mod.LayerStep):
+        raise TypeError(f"step must be a LayerStep (silkattn.ops.layer_step_record), "
+                        f"got {type(step).__name__}")
+    if step.post_norm or step.has_cross or not step.gated \
+            or any(P.kind == _step_mod.DENSE for P in step.products):
+        raise ValueError("step must be a Llama-family layer's record (block products, pre-norm, a gated "
+                         "feed-forward, no cross-attention) for layer_step_rows")
+    if type(X) is not np.ndarray or X.dtype != _F32 or X.ndim != 2 or X.shape[1] != step.d \
+            or not X.flags.c_contiguous or not X.flags.writeable:
+        raise ValueError(f"X must be a writeable C-contiguous float32 array of shape (rows, {step.d}), got "
+                         f"{type(X).__name__} {getattr(X, 'dtype', '')} {getattr(X, 'shape', '')}")
+    page_shape = (step.h_kv, step.capacity, step.dh)
+    for name, a in (("K_pages", K_pages), ("V_pages", V_pages)):
+        if type(a) is not np.ndarray or a.dtype != _F32 or a.ndim != 4 or a.shape[1:] != page_shape \
+                or not a.flags.c_contiguous or not a.flags.writeable \
+                or (step.head_stride, step.row_stride) != (step.capacity * step.dh, step.dh):
+            raise ValueError(f"{name} must be a writeable C-contiguous float32 array (n_pages, "
+                             f"{', '.join(map(str, page_shape))}) of caches laid out as the record's, got "
+                             f"{getattr(a, 'shape', type(a).__name__)}")
+    if K_pages.shape != V_pages.shape:
+        raise ValueError(f"V_pages must have K_pages' shape {K_pages.shape}, got {V_pages.shape}")
+    m = len(X)
+    positions, pages = (_index_rows(a, name, m) for a, name in ((positions, "positions"), (pages, "pages")))
+    if m and (positions.min() < 0 or positions.max() >= step.positions):
+        raise ValueError(f"positions must lie in 0 .. {step.positions - 1} (the record's), got {positions}")
+    if m and (pages.min() < 0 or pages.max() >= len(K_pages)):
+        raise ValueError(f"pages must name pages of the pools' {len(K_pages)}, got {pages}")
+    if len(np.unique(pages)) != m:
+        raise ValueError(f"pages must be distinct (each row a sequence over a cache of its own), got {pages}")
+    if kernels.layer_step_rows is None:
+        for r in range(m):
+            row = dataclasses.replace(step, K=K_pages[pages[r]], V=V_pages[pages[r]], prepared={})
+            _layer_step_ops(kernels, row, X[r], int(positions[r]))
+        return X
+    at = np.array([step.keys(int(p)) + (int(g) * step.h_kv * step.capacity * step.dh,)
+                   for p, g in zip(positions, pages)], np.int64).reshape(m, 4)
+    rope = step.cos.size != 0
+    cos, sin = (t[positions] if rope else _NO_ROWS for t in (step.cos, step.sin))
+    kernels.layer_step_rows(step, X, at, K_pages.reshape(-1), V_pages.reshape(-1), cos, sin,
+                            threads_for(step.work, LINEAR_WORK))
+    return X
+
+
+_NO_ROWS = np.zeros((0, 1), np.float32)
+
+
+def _index_rows(a, name, m):  # -> int64 (m,): one integer a row
+    a = np.asarray(a)
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be integers, got dtype {a.dtype}")
+    if a.shape != (m,):
+        raise ValueError(f"{name} must have shape ({m},), one a row of X, got {a.shape}")
+    return a.astype(np.int64, copy=False)
 
 
 def _layer_step_ops(kernels, L, x, pos):

@@ -32,7 +32,8 @@ KERNELS = Kernels("cython", softmax=_softmax.softmax, layer_norm=_layer_norm.lay
                   dequantize=_linear_q.dequantize, gemm=_linear.gemm, gemm_q=_linear_q.gemm_q,
                   gemm_q8=_linear_q.gemm_q8, matmul_int8=_matmul_int8.matmul_int8,
                   pack_rows16=_linear_q.pack_rows16 if _linear_q.rows16_usable() else None,
-                  layer_step=_layer_step.layer_step, isa=ISA, openmp=OPENMP)
+                  layer_step=_layer_step.layer_step, layer_step_rows=_layer_step.layer_step_rows, isa=ISA,
+                  openmp=OPENMP)
 
 globals().update(ops.bind(KERNELS))
 __all__ = ["KERNELS", "ISA", "OPENMP"] + list(ops.OPS)

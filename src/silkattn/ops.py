@@ -178,9 +178,19 @@ def layer_step(step, x, pos):
     return _api.layer_step(_backends.kernels(), step, x, pos)
 
 
+def layer_step_rows(step, X, positions, K_pages, V_pages, pages):
+    """X (m, d) float32, the residual rows of m tokens (a batch's decoding step), each through the
+    layer of `step` in place as layer_step would take it alone: row r at position positions[r] over
+    its own cache, page pages[r] of K_pages and V_pages (n_pages, h_kv, capacity, d_head: a pool of
+    caches laid out as the record's), its K and V written there. One fused call for all the rows
+    where the backend has one (each product one pass over the weights for the rows), else each row
+    through the ops. A Llama-family record (block products, pre-norm, gated, no cross-attention)."""
+    return _api.layer_step_rows(_backends.kernels(), step, X, positions, K_pages, V_pages, pages)
+
+
 OPS = ("softmax", "layer_norm", "attention", "attention_varlen", "attention_paged", "linear", "matmul_int8",
        "bias_relu", "bias_gelu", "add_layer_norm", "rms_norm", "add_rms_norm", "rope", "silu_mul",
-       "gelu_tanh_mul", "gate_mul", "layer_step")
+       "gelu_tanh_mul", "gate_mul", "layer_step", "layer_step_rows")
 
 
 def bind(kernels):

@@ -13,8 +13,10 @@ first tokens (Llama._prefill_batch: packed end to end, one pass over the weights
 PREFILL_ROWS rows, each prompt's keys and values written straight to its pages); then every
 sequence already running writes one token, all of them in one pass over the weights
 (Llama._run_batch: the few-rows kernels or the GEMM over B rows, the attention of each over its own
-pages); a sequence running alone within one page takes the model's fused step instead, as generate
-does. A sequence leaves when it writes EOS (unless ignore_eos) or its max_new_tokens, or when it
+pages). Where every running sequence fits in one page (its prompt and all its new tokens), the step
+is the model's fused one instead, a page being laid out as a sequence's own cache: alone, the
+step generate runs (Llama._step); several, the fused step of rows (Llama._step_rows,
+ops.layer_step_rows: one call a layer for all of them). A sequence leaves when it writes EOS (unless ignore_eos) or its max_new_tokens, or when it
 is cancelled, and its pages go back to the pool at once. Each sequence samples with its own
 settings and seed (reference.next_token, as Llama.generate does), so each one's tokens are those
 that generate gives it alone.
@@ -204,7 +206,7 @@ class Batch:
                 if seq.length >= len(seq.pages) * self.pool.page_keys:
                     seq.pages.append(self.pool.take())
                     seq.reserved -= 1
-            logits = self._lone(old[0]) if len(old) == 1 else None
+            logits = self._lone(old[0]) if len(old) == 1 else self._fused_rows(old)
             if logits is None:
                 positions = np.array([seq.length for seq in old])
                 table = np.zeros((len(old), max(len(seq.pages) for seq in old)), np.int64)
@@ -220,17 +222,30 @@ class Batch:
     def _lone(self, seq):  # -> logits (1, vocab), or None where the batch's step must run
         """A sequence running alone whose positions all fit in one page takes the model's fused
         decoding step (Llama._step, what generate runs) over that page as its cache: one page is
-        (h_kv, page_keys, d_head) a layer, the layout of a sequence's own cache. The step's records
-        are made once a page and kept (the page's views, their scratch)."""
-        if not self.model._fused or len(seq.pages) != 1 \
-                or len(seq.ids) + seq.max_new_tokens > self.pool.page_keys:
+        (h_kv, page_keys, d_head) a layer, the layout of a sequence's own cache."""
+        if not self._one_page([seq]):
             return None
-        page = seq.pages[0]
+        return self.model._step(self._records(seq.pages[0]), seq.new[-1], seq.length)
+
+    def _fused_rows(self, seqs):  # -> logits (B, vocab), or None where the batch's step must run
+        """Sequences whose positions each fit in one page take the fused step of rows
+        (Llama._step_rows: one call a layer for all of them, each over its page)."""
+        if not self._one_page(seqs):
+            return None
+        return self.model._step_rows(self._records(0), np.array([seq.new[-1] for seq in seqs]),
+                                     np.array([seq.length for seq in seqs]), self.pool,
+                                     np.array([seq.pages[0] for seq in seqs]))
+
+    def _one_page(self, seqs):
+        return self.model._fused and all(len(seq.pages) == 1 and len(seq.ids) + seq.max_new_tokens
+                                         <= self.pool.page_keys for seq in seqs)
+
+    def _records(self, page):  # -> the fused step's records over the page, made once a page and kept
         steps = self._steps.get(page)
         if steps is None:
             steps = self._steps[page] = self.model.layer_steps(
                 [self.pool.data[i, :, page] for i in range(self.model.config.n_layers)])
-        return self.model._step(steps, seq.new[-1], seq.length)
+        return steps
 
     def _next(self, seq, logits):  # -> the token written
         token = ref.next_token(logits, seq.temperature, seq.top_k, seq.rng, seq.top_p)

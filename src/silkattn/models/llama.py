@@ -334,6 +334,15 @@ class Llama:
             ops.layer_step(step, x, pos)
         return ops.linear(ops.rms_norm(x[None], self.norm, self.config.eps), self.head)
 
+    def _step_rows(self, steps, tokens, positions, pool, pages):  # -> logits (B, vocab)
+        """_run_batch through the fused step of rows (ops.layer_step_rows): token b at positions[b]
+        over page pages[b] of the pool, where each sequence's positions fit in its one page; steps:
+        the records over a page (the pages' layout)."""
+        X = np.ascontiguousarray(self._embed(tokens), np.float32)  # (B, d): the residual rows
+        for i, step in enumerate(steps):
+            ops.layer_step_rows(step, X, positions, *pool.layer(i), pages)
+        return ops.linear(ops.rms_norm(X, self.norm, self.config.eps), self.head)
+
     # ---- generation
 
     def generate(self, ids, max_new_tokens, *, temperature=0.0, top_k=None, top_p=None, seed=None,
