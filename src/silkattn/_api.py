@@ -1469,9 +1469,7 @@ def layer_step_rows(kernels, step, X, positions, K_pages, V_pages, pages):
     if len(np.unique(pages)) != m:
         raise ValueError(f"pages must be distinct (each row a sequence over a cache of its own), got {pages}")
     if kernels.layer_step_rows is None:
-        for r in range(m):
-            row = dataclasses.replace(step, K=K_pages[pages[r]], V=V_pages[pages[r]], prepared={})
-            _layer_step_ops(kernels, row, X[r], int(positions[r]))
+        _layer_step_rows_ops(kernels, step, X, positions, K_pages, V_pages, pages)
         return X
     at = np.array([step.keys(int(p)) + (int(g) * step.h_kv * step.capacity * step.dh,)
                    for p, g in zip(positions, pages)], np.int64).reshape(m, 4)
@@ -1494,17 +1492,46 @@ def _index_rows(a, name, m):  # -> int64 (m,): one integer a row
     return a.astype(np.int64, copy=False)
 
 
+def _record_norm(kernels, L, N, v):  # a record's norm of v (..., d)
+    return layer_norm(kernels, v, N.g, N.b, L.eps) if N.b.size else rms_norm(kernels, v, N.g, L.eps)
+
+
+def _record_product(kernels, L, P, v):  # v (..., k) through a record's product, or its parts side by side
+    if isinstance(P, tuple):
+        return np.concatenate([_record_product(kernels, L, part, v) for part in P], -1)
+    W = P.w if P.kind == _step_mod.DENSE else QuantizedMatrix(quant.KINDS[P.kind], P.w,
+                                                              "int8" if L.q8 else "float32")
+    return linear(kernels, v, W, P.b if P.b.size else None)
+
+
+def _layer_step_rows_ops(kernels, L, X, positions, K_pages, V_pages, pages):
+    """layer_step_rows as ops (a backend without the fused kernel), X in place: each product one
+    call for all the rows, each row's heads and attention over its own page (_step_attention)."""
+    own = [dataclasses.replace(L, K=K_pages[p], V=V_pages[p], prepared={}) for p in pages]
+
+    def sublayer(f, N, post):
+        F = f(_record_norm(kernels, L, N, X))
+        X[:] = X + (rms_norm(kernels, F, post.g, L.eps) if post.g.size else F)
+
+    def attend(v):
+        qkv = _record_product(kernels, L, L.qkv, v)
+        return np.stack([_step_attention(kernels, R, q, int(p)) for R, q, p in zip(own, qkv, positions)])
+
+    def ffn(v):
+        u = _record_product(kernels, L, L.up, v)
+        act = "silu" if L.gate == _step_mod.GATE_SILU else "gelu_tanh"
+        return _record_product(kernels, L, L.down, gate_mul(kernels, u[:, :L.d_ff], u[:, L.d_ff:], act))
+    sublayer(lambda v: _record_product(kernels, L, L.o, attend(v)), L.norm1, L.post1)
+    sublayer(ffn, L.norm2, L.post2)
+
+
 def _layer_step_ops(kernels, L, x, pos):
     """layer_step as the separate ops of `kernels` (a backend without the fused kernel), x in place."""
     def norm(N, v):
-        return layer_norm(kernels, v, N.g, N.b, L.eps) if N.b.size else rms_norm(kernels, v, N.g, L.eps)
+        return _record_norm(kernels, L, N, v)
 
     def product(P, v):
-        if isinstance(P, tuple):  # parts side by side
-            return np.concatenate([product(part, v) for part in P])
-        W = P.w if P.kind == _step_mod.DENSE else QuantizedMatrix(
-            quant.KINDS[P.kind], P.w, "int8" if L.q8 else "float32")
-        return linear(kernels, v, W, P.b if P.b.size else None)
+        return _record_product(kernels, L, P, v)
 
     def sublayer(f, N, post=_NO_NORM):
         if L.post_norm:
