@@ -350,35 +350,66 @@ static inline void sa_rows_block(int isa, const sa_layer *L, const sa_matrix *W,
         SA_PICK(sa_linear_q_rows_f32, isa)(W->kind, in, k, mr, w, ldw, n, xs, W->b, j0, j1, y, ldy);
 }
 
-/* y (m rows, ld ldy) = in W (+ b) for the m rows of in (ld W->k) over the team; the caller's
- * barrier before, one after (the loop's) */
-static inline void sa_rows_product(int isa, const sa_layer *L, const sa_rows *R, const sa_matrix *W,
-                                   const float *in, float *y, int64_t ldy) {
-    const int64_t k = W->k, n = W->n, m = R->m, nbp = (k / 32 + SA_QCH - 1) / SA_QCH * SA_QCH;
-    const int form = sa_layer_xform(L, W->kind), kq = form == SA_X_Q8K;
-    const int step = !L->q8 && W->kind >= SA_QROW_KINDS ? 4 : 8;
-#ifdef _OPENMP
-#pragma omp single
-#endif
-    if (form != SA_X_NONE) {
-        for (int64_t i = 0; i < m * nbp; i++) R->xs[i] = R->xd[i] = 0;
-        if (form == SA_X_SUMS)
-            SA_PICK(sa_linear_q_xsum_f32, isa)(in, k, m, R->xs);
-        else if (kq)
-            SA_PICK(sa_quantize_q8k_f32, isa)(in, k, m, R->xq, R->xd, (int16_t *)R->xs);
-        else
-            SA_PICK(sa_quantize_q8_f32, isa)(in, k, m, R->xq, R->xd, R->xs);
-    }
-    const int64_t tasks = (n + SA_LAYER_ROWS - 1) / SA_LAYER_ROWS;
+/* The m rows of in (ld k) in the form `form` for the block products (R's xs, xd, xq: a row's at
+ * r nbp, r nbp, r k), a row a task over the team */
+static inline void sa_rows_prepare(int isa, const sa_rows *R, int form, const float *in, int64_t k) {
+    const int64_t nbp = (k / 32 + SA_QCH - 1) / SA_QCH * SA_QCH;
+    if (form == SA_X_NONE) return;
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-    for (int64_t t = 0; t < tasks; t++) {
-        const int64_t j0 = t * SA_LAYER_ROWS, j1 = j0 + SA_LAYER_ROWS < n ? j0 + SA_LAYER_ROWS : n;
+    for (int64_t r = 0; r < R->m; r++) {
+        float *xs = R->xs + r * nbp, *xd = R->xd + r * nbp;
+        for (int64_t i = 0; i < nbp; i++) xd[i] = 0;
+        if (form == SA_X_Q8K) {  /* the rows' sums per 16, int16, k / 16 a row end to end */
+            int16_t *xb = (int16_t *)R->xs + r * (k / 16);
+            for (int64_t i = 0; i < k / 16; i++) xb[i] = 0;
+            SA_PICK(sa_quantize_q8k_f32, isa)(in + r * k, k, 1, R->xq + r * k, xd, xb);
+            continue;
+        }
+        for (int64_t i = 0; i < nbp; i++) xs[i] = 0;
+        if (form == SA_X_SUMS)
+            SA_PICK(sa_linear_q_xsum_f32, isa)(in + r * k, k, 1, xs);
+        else
+            SA_PICK(sa_quantize_q8_f32, isa)(in + r * k, k, 1, R->xq + r * k, xd, xs);
+    }
+}
+
+/* y (m rows, ld ldy) = in [W_0 | W_1 | ...] (+ b) for the m rows of in (ld k) over the team, the
+ * parts' outputs side by side: parts whose input takes one form share its preparation and one loop
+ * of tasks (as sa_layer_parts). The caller's barrier before; the loops' after. */
+static inline void sa_rows_product(int isa, const sa_layer *L, const sa_rows *R, const sa_matrix *W, int parts,
+                                   const float *in, float *y, int64_t ldy) {
+    const int64_t k = W[0].k, m = R->m, nbp = (k / 32 + SA_QCH - 1) / SA_QCH * SA_QCH;
+    int form = sa_layer_xform(L, W[0].kind);
+    for (int p = 1; p < parts; p++)
+        if (sa_layer_xform(L, W[p].kind) != form) form = -1;
+    if (form < 0) {
+        for (int p = 0; p < parts; p++) {
+            sa_rows_product(isa, L, R, W + p, 1, in, y, ldy);
+            y += W[p].n;
+        }
+        return;
+    }
+    sa_rows_prepare(isa, R, form, in, k);
+    int64_t first[4] = {0}, at[4] = {0};  /* each part's first task, and its first output column */
+    for (int p = 0; p < parts; p++) {
+        first[p + 1] = first[p] + (W[p].n + SA_LAYER_ROWS - 1) / SA_LAYER_ROWS;
+        at[p + 1] = at[p] + W[p].n;
+    }
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+    for (int64_t t = 0; t < first[parts]; t++) {
+        int p = 0;
+        while (t >= first[p + 1]) p++;
+        const int64_t n = W[p].n, j0 = (t - first[p]) * SA_LAYER_ROWS, j1 = j0 + SA_LAYER_ROWS < n ? j0 + SA_LAYER_ROWS : n;
+        const int step = !L->q8 && W[p].kind >= SA_QROW_KINDS ? 4 : 8;
         for (int64_t r0 = 0; r0 < m; r0 += step) {
-            const float *xs = kq ? (const float *)((const int16_t *)R->xs + r0 * (k / 16)) : R->xs + r0 * nbp;
-            sa_rows_block(isa, L, W, in + r0 * k, R->xq + r0 * k, R->xd + r0 * nbp, xs,
-                          m - r0 < step ? m - r0 : step, j0, j1, y + r0 * ldy, ldy);
+            const float *xs = form == SA_X_Q8K ? (const float *)((const int16_t *)R->xs + r0 * (k / 16))
+                                               : R->xs + r0 * nbp;
+            sa_rows_block(isa, L, W + p, in + r0 * k, R->xq + r0 * k, R->xd + r0 * nbp, xs,
+                          m - r0 < step ? m - r0 : step, j0, j1, y + at[p] + r0 * ldy, ldy);
         }
     }
 }
@@ -416,8 +447,7 @@ static void sa_layer_run_rows(int isa, const sa_layer *L, const sa_rows *R, int 
         for (int p = 0; p < L->n_qkv; p++) nq += L->qkv[p].n;
         for (int p = 0; p < L->n_up; p++) nu += L->up[p].n;
         sa_rows_norm(isa, L, R, &L->norm1);
-        for (int p = 0, at = 0; p < L->n_qkv; at += L->qkv[p].n, p++)
-            sa_rows_product(isa, L, R, L->qkv + p, R->hn, R->qkv + at, nq);
+        sa_rows_product(isa, L, R, L->qkv, L->n_qkv, R->hn, R->qkv, nq);
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
@@ -444,11 +474,10 @@ static void sa_layer_run_rows(int isa, const sa_layer *L, const sa_rows *R, int 
                                              R->at[4 * r + 2], dh, L->scale, NULL, R->scores + ru * L->ld_scores,
                                              R->a + r * h * dh + u * dh);
         }
-        sa_rows_product(isa, L, R, &L->o, R->a, R->y, d);
+        sa_rows_product(isa, L, R, &L->o, 1, R->a, R->y, d);
         sa_rows_residual(isa, L, R, L->post1);
         sa_rows_norm(isa, L, R, &L->norm2);
-        for (int p = 0, at = 0; p < L->n_up; at += L->up[p].n, p++)
-            sa_rows_product(isa, L, R, L->up + p, R->hn, R->f + at, nu);
+        sa_rows_product(isa, L, R, L->up, L->n_up, R->hn, R->f, nu);
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
@@ -458,7 +487,7 @@ static void sa_layer_run_rows(int isa, const sa_layer *L, const sa_rows *R, int 
             else
                 SA_PICK(sa_silu_mul_row_f32, isa)(R->f + r * nu, R->f + r * nu + dff, R->hn + r * dff, dff);
         }
-        sa_rows_product(isa, L, R, &L->down, R->hn, R->y, d);
+        sa_rows_product(isa, L, R, &L->down, 1, R->hn, R->y, d);
         sa_rows_residual(isa, L, R, L->post2);
     }
 }

@@ -225,7 +225,11 @@ def layer_step_rows(step, float[:, ::1] x, const int64_t[:, ::1] at, float[::1] 
         return
     cdef Py_ssize_t hdh = step.h * step.dh, d = step.d, wide = max(step.d, step.d_ff)
     cdef Py_ssize_t scores = step.h * step.scratch.scores.shape[1]
-    work = np.empty(m * (nq + hdh + wide + nu + d + scores), np.float32)
+    # the rows' buffers, kept with the records' shared scratch (one model's layers run one at a time)
+    work = step.scratch.__dict__.get("_rows_work")
+    if work is None or len(work) < m * (nq + hdh + wide + nu + d + scores):
+        work = np.empty(m * (nq + hdh + wide + nu + d + scores), np.float32)
+        object.__setattr__(step.scratch, "_rows_work", work)
     cdef float[::1] w = work
     R.m, R.x, R.K, R.V, R.at = m, &x[0, 0], &K[0], &V[0], &at[0, 0]
     R.cos, R.sin = NULL, NULL

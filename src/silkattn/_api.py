@@ -1471,8 +1471,8 @@ def layer_step_rows(kernels, step, X, positions, K_pages, V_pages, pages):
     if kernels.layer_step_rows is None:
         _layer_step_rows_ops(kernels, step, X, positions, K_pages, V_pages, pages)
         return X
-    at = np.array([step.keys(int(p)) + (int(g) * step.h_kv * step.capacity * step.dh,)
-                   for p, g in zip(positions, pages)], np.int64).reshape(m, 4)
+    page_at = pages * (step.h_kv * step.capacity * step.dh)  # elements to each row's page
+    at = np.concatenate([step.keys_rows(positions), page_at[:, None]], 1)
     rope = step.cos.size != 0
     cos, sin = (t[positions] if rope else _NO_ROWS for t in (step.cos, step.sin))
     kernels.layer_step_rows(step, X, at, K_pages.reshape(-1), V_pages.reshape(-1), cos, sin,

@@ -131,6 +131,13 @@ class LayerStep:
         cross = (self.cross_q, self.cross_o) if self.has_cross else ()
         return self.qkv + (self.o,) + self.up + (self.down,) + cross
 
+    def keys_rows(self, positions):  # -> (m, 3) int64: keys(p) for each of the positions (m,)
+        p = np.asarray(positions, np.int64)
+        if self.ring:
+            return np.stack([p % self.capacity, np.zeros_like(p), np.minimum(p + 1, self.capacity)], 1)
+        lo = np.zeros_like(p) if not self.window else np.maximum(0, p - self.window + 1)
+        return np.stack([p, lo, p + 1 - lo], 1)
+
     def keys(self, pos):  # -> (the cache row of position pos, first row seen, rows seen)
         """Where the step at pos writes its K and V and which rows its query reads."""
         if self.ring:

@@ -554,7 +554,13 @@ def load(path=None, *, activations="float32"):
         parts = [(file.read if blocks else file.dequantize)(name) for name in names]
         parts = [p if h is None else _unpermute(p, h) for p, h in zip(parts, heads)]
         W = np.concatenate(parts) if len(parts) > 1 else parts[0]
-        return quant.QuantizedMatrix(kinds[0], np.ascontiguousarray(W), activations) if blocks else W.T
+        if not blocks:
+            return W.T
+        # never changed: read-only, as a file's blocks are, so that int8 products may keep a layout
+        # of it (QuantizedMatrix.rows16; this copy is then kept beside it, not released as a file's)
+        W = np.ascontiguousarray(W)
+        W.flags.writeable = False
+        return quant.QuantizedMatrix(kinds[0], W, activations)
 
     def vector(name):  # an F32 (or other) vector tensor, float32; None where the file has none
         return file.dequantize(name) if name in expected else None
