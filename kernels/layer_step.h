@@ -159,6 +159,25 @@ static inline void sa_layer_norm(int isa, const sa_norm *N, const float *x, floa
         SA_PICK(sa_rms_norm_row_f32, isa)(x, N->g, eps, out, d);
 }
 
+/* Parts side by side (at most 3): each one's first task of SA_LAYER_ROWS outputs, and its first
+ * output column */
+static inline void sa_parts_layout(const sa_matrix *W, int parts, int64_t *first, int64_t *at) {
+    first[0] = at[0] = 0;
+    for (int p = 0; p < parts; p++) {
+        first[p + 1] = first[p] + (W[p].n + SA_LAYER_ROWS - 1) / SA_LAYER_ROWS;
+        at[p + 1] = at[p] + W[p].n;
+    }
+}
+
+/* Task t's part (returned) and its outputs j0 .. j1 of that part */
+static inline int sa_part_task(const sa_matrix *W, const int64_t *first, int64_t t, int64_t *j0, int64_t *j1) {
+    int p = 0;
+    while (t >= first[p + 1]) p++;
+    *j0 = (t - first[p]) * SA_LAYER_ROWS;
+    *j1 = *j0 + SA_LAYER_ROWS < W[p].n ? *j0 + SA_LAYER_ROWS : W[p].n;
+    return p;
+}
+
 /* y = in [W_0 | W_1 | ...] (+ b), act relu or none: the parts' outputs side by side. Block parts
  * whose input takes one form (the usual case: one kind of activations, all blocks of 32 or all of
  * 256) share its preparation and one loop of tasks: a step pays one barrier for them, not one a part. */
@@ -174,11 +193,8 @@ static inline void sa_layer_parts(int isa, const sa_layer *L, const sa_matrix *W
         }
         return;
     }
-    int64_t first[4] = {0}, at[4] = {0};  /* each part's first task, and its first output in y */
-    for (int p = 0; p < parts; p++) {
-        first[p + 1] = first[p] + (W[p].n + SA_LAYER_ROWS - 1) / SA_LAYER_ROWS;
-        at[p + 1] = at[p] + W[p].n;
-    }
+    int64_t first[4], at[4], j0, j1;
+    sa_parts_layout(W, parts, first, at);
 #ifdef _OPENMP
 #pragma omp single
 #endif
@@ -187,11 +203,8 @@ static inline void sa_layer_parts(int isa, const sa_layer *L, const sa_matrix *W
 #pragma omp for schedule(static)
 #endif
     for (int64_t t = 0; t < first[parts]; t++) {
-        int p = 0;
-        while (t >= first[p + 1]) p++;
-        const int64_t j0 = (t - first[p]) * SA_LAYER_ROWS, n = W[p].n;
-        sa_layer_rows(isa, L, W + p, in, W[p].b, relu, j0, j0 + SA_LAYER_ROWS < n ? j0 + SA_LAYER_ROWS : n,
-                      y + at[p]);
+        const int p = sa_part_task(W, first, t, &j0, &j1);
+        sa_layer_rows(isa, L, W + p, in, W[p].b, relu, j0, j1, y + at[p]);
     }
 }
 
@@ -392,18 +405,13 @@ static inline void sa_rows_product(int isa, const sa_layer *L, const sa_rows *R,
         return;
     }
     sa_rows_prepare(isa, R, form, in, k);
-    int64_t first[4] = {0}, at[4] = {0};  /* each part's first task, and its first output column */
-    for (int p = 0; p < parts; p++) {
-        first[p + 1] = first[p] + (W[p].n + SA_LAYER_ROWS - 1) / SA_LAYER_ROWS;
-        at[p + 1] = at[p] + W[p].n;
-    }
+    int64_t first[4], at[4], j0, j1;
+    sa_parts_layout(W, parts, first, at);
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
     for (int64_t t = 0; t < first[parts]; t++) {
-        int p = 0;
-        while (t >= first[p + 1]) p++;
-        const int64_t n = W[p].n, j0 = (t - first[p]) * SA_LAYER_ROWS, j1 = j0 + SA_LAYER_ROWS < n ? j0 + SA_LAYER_ROWS : n;
+        const int p = sa_part_task(W, first, t, &j0, &j1);
         const int step = !L->q8 && W[p].kind >= SA_QROW_KINDS ? 4 : 8;
         for (int64_t r0 = 0; r0 < m; r0 += step) {
             const float *xs = form == SA_X_Q8K ? (const float *)((const int16_t *)R->xs + r0 * (k / 16))
