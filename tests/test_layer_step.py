@@ -181,6 +181,8 @@ def test_layer_step_rows_refuses_what_it_cannot_run(rng):
         run(step, X[:, :-1].copy(), [1, 2], K, V, [0, 1])
     with pytest.raises(ValueError, match="K_pages"):
         run(step, X, [1, 2], K[:, :, :4].copy(), V, [0, 1])
+    with pytest.raises(ValueError, match="overlap"):  # rows inside the pool itself
+        run(step, K.reshape(-1)[:2 * d].reshape(2, d), [1, 2], K, V, [0, 1])
     listing, shape, d = CASES["listing pre-norm"](rng)
     K, V = (np.zeros((3,) + shape, np.float32) for _ in range(2))
     with pytest.raises(ValueError, match="Llama-family"):

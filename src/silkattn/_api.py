@@ -1468,6 +1468,8 @@ def layer_step_rows(kernels, step, X, positions, K_pages, V_pages, pages):
         raise ValueError(f"pages must name pages of the pools' {len(K_pages)}, got {pages}")
     if len(np.unique(pages)) != m:
         raise ValueError(f"pages must be distinct (each row a sequence over a cache of its own), got {pages}")
+    if any(np.may_share_memory(X, a) for a in (K_pages, V_pages, *step.scratch.arrays)):
+        raise ValueError("X must not overlap the pools or the step's scratch")
     if kernels.layer_step_rows is None:
         _layer_step_rows_ops(kernels, step, X, positions, K_pages, V_pages, pages)
         return X
