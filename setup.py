@@ -21,7 +21,8 @@ import tempfile
 
 from setuptools import Extension, setup
 
-OPS = ["softmax", "layer_norm", "attention", "feed_forward", "linear", "linear_q", "matmul_int8", "rms_norm",
+OPS = ["softmax", "layer_norm", "attention", "attention_backward", "feed_forward", "linear", "linear_q",
+       "matmul_int8", "rms_norm",
        "rope", "silu_mul", "layer_step"]
 # Flags of one op's module only. rope: no FMA contraction, so that x c - y s rounds each product as
 # NumPy does and the result is the reference's to the last bit (kernels/tmpl_rope.h).

@@ -12,40 +12,9 @@ cnp.import_array()
 
 include "common.pxi"
 
+include "attention_plan.pxi"
+
 cdef extern from "attention.h" nogil:
-    ctypedef packed struct sa_item:
-        int64_t q, k, v, mask, bias, out, sq, sk, pos, unit
-        double slope
-    ctypedef packed struct sa_unit:
-        int64_t k, v, sk
-    ctypedef packed struct sa_task:
-        int64_t item, q0, rows
-    ctypedef packed struct sa_group:
-        int64_t unit, row0, nrows, chunk0, nchunks
-    ctypedef packed struct sa_row:
-        int64_t item, i
-    ctypedef packed struct sa_chunk:
-        int64_t group, j0, j1, part
-    ctypedef struct sa_attn_plan:
-        const void *q
-        const void *k
-        const void *v
-        const void *bias
-        const uint8_t *mask
-        void *out
-        int64_t rs_q, rs_k, rs_v, rs_mask, rs_bias, dk, dv, bq, bk
-        double scale, softcap
-        int64_t left, right
-        int has_mask, has_bias, has_alibi
-        int stream
-        const sa_item *items
-        const sa_unit *units
-        const sa_task *tasks
-        const sa_group *groups
-        const sa_row *rows
-        const sa_chunk *chunks
-        int64_t page_keys
-        const int64_t *pages
     int SA_BR_OF(int vbytes)
     int SA_BQ, SA_BK
     size_t sa_attn_scratch_bytes(const sa_attn_plan *a, size_t tsize)
@@ -91,33 +60,21 @@ TILES = {"bq": SA_BQ, "max_bq": 144, "mr": SA_BR_OF(64 if ISA_NAME in ("avx512",
 def attention(plan, int num_threads):
     """The kernel contract of silkattn._api: run the plan's tasks (the tiles path, in the plan's
     order, taken dynamically by the threads) or its chunks then the merge (the rows path)."""
+    lse = plan.lse if plan.lse is not None else plan.out[:0]
     if plan.out.dtype == np.float32:
-        _attention[float](plan, plan.q, plan.k, plan.v, plan.bias, plan.out, num_threads)
+        _attention[float](plan, plan.q, plan.k, plan.v, plan.bias, plan.out, lse, num_threads)
     else:
-        _attention[double](plan, plan.q, plan.k, plan.v, plan.bias, plan.out, num_threads)
-
-
-cdef inline const void *_data(cnp.ndarray a):
-    """The first element of one of the plan's tables (C-contiguous arrays of the dtypes in
-    silkattn._plan, which attention.h mirrors field for field)."""
-    return cnp.PyArray_DATA(a)
+        _attention[double](plan, plan.q, plan.k, plan.v, plan.bias, plan.out, lse, num_threads)
 
 
 cdef _attention(plan, const floating[::1] q, const floating[::1] k, const floating[::1] v,
-                const floating[::1] bias, floating[::1] out, int num_threads):
+                const floating[::1] bias, floating[::1] out, floating[::1] lse, int num_threads):
     cdef const uint8_t[::1] mask = plan.mask
     cdef sa_attn_plan a
     a.q, a.k, a.v, a.bias, a.mask, a.out = &q[0], &k[0], &v[0], &bias[0], &mask[0], &out[0]
-    a.rs_q, a.rs_k, a.rs_v, a.rs_mask, a.rs_bias = plan.rs_q, plan.rs_k, plan.rs_v, plan.rs_mask, plan.rs_bias
-    a.dk, a.dv, a.bq, a.bk = plan.dk, plan.dv, max(plan.bq, 1), SA_BK
-    a.scale, a.softcap, a.left, a.right = plan.scale, plan.softcap, plan.left, plan.right
-    a.has_mask, a.has_bias, a.has_alibi = plan.has_mask, plan.has_bias, plan.has_alibi
-    a.stream = plan.stream
-    a.items, a.units = <const sa_item *>_data(plan.items), <const sa_unit *>_data(plan.units)
-    a.tasks, a.groups, a.rows, a.chunks = NULL, NULL, NULL, NULL
-    a.page_keys, a.pages = plan.page_keys, NULL
-    if plan.page_keys:
-        a.pages = <const int64_t *>_data(plan.pages)
+    _fill_plan(&a, plan)
+    a.bk = SA_BK
+    a.lse = &lse[0] if plan.lse is not None else NULL
     if plan.path == "rows":
         _rows(&a, plan, <floating *>NULL, num_threads)
     else:

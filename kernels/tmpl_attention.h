@@ -57,28 +57,19 @@ static inline __attribute__((always_inline)) void SA_FN(pv_block)(const SA_T *re
 
 #define SA_ABS(x) ((x) < 0 ? -(x) : (x))
 
-/* Is key j visible to the query at position p (the plan's window, causal folded in)? */
-static inline int SA_FN(in_window)(const sa_attn_plan *a, int64_t p, int64_t j) {
-    return j >= p - a->left && j <= p + a->right;
-}
+#include "tmpl_attention_score.h"
 
-/* The score of query row i of item `it` against key j, in natural units, from its raw dot product
- * (the reference's order: scale, softcap, bias, ALiBi; hiding is the caller's). */
-static inline SA_T SA_FN(score)(const sa_attn_plan *a, const sa_item *it, int64_t i, int64_t j, SA_T dot) {
-    SA_T s = dot * (SA_T)a->scale;
-    if (a->softcap > 0) s = (SA_T)a->softcap * (SA_T)tanh((double)(s / (SA_T)a->softcap));
-    if (a->has_bias) s += ((const SA_T *)a->bias)[it->bias + i * a->rs_bias + j];
-    if (a->has_alibi) {
-        const int64_t d = it->pos + i - j;
-        s += -(SA_T)it->slope * (SA_T)(d < 0 ? -d : d);
-    }
-    return s;
+/* lse of row i of item `it` (a->lse set) from the online softmax's max m and sum l in log2 units
+ * (l = sum_j 2^(s_j - m)): ln 2 m + ln l, in double before the rounding to the dtype */
+static inline void SA_FN(put_lse)(const sa_attn_plan *a, const sa_item *it, int64_t i, SA_T m, SA_T l) {
+    ((SA_T *)a->lse)[it->out / a->dv + i] = (SA_T)(0.6931471805599453 * (double)m + log((double)l));
 }
 
 /* One query row straight from the definition, in the natural (not log2) domain, over all the
  * item's keys: the rare rows whose max is within SA_EXACT_MARGIN of the masked score (see
  * attention.h), e.g. a row whose every key is hidden (mean(V)). */
 static void SA_FN(exact_row)(const sa_attn_plan *a, const sa_item *it, int64_t i, SA_T *restrict out) {
+    SA_T *lse = a->lse ? (SA_T *)a->lse + it->out / a->dv + i : NULL;
     const SA_T *q = (const SA_T *)a->q + it->q + i * a->rs_q;
     const uint8_t *mrow = a->has_mask ? a->mask + it->mask + i * a->rs_mask : NULL;
     const int64_t p = it->pos + i;
@@ -103,6 +94,7 @@ static void SA_FN(exact_row)(const sa_attn_plan *a, const sa_item *it, int64_t i
         if (pass == 0) for (int64_t c = 0; c < a->dv; c++) out[c] = 0;
     }
     for (int64_t c = 0; c < a->dv; c++) out[c] /= sum;
+    if (lse) *lse = (SA_T)((double)m + log((double)sum));
 }
 
 /* tanh by exp2 (odd, so on |x|; |x| capped where tanh is 1 in either dtype) */
@@ -269,6 +261,7 @@ static void SA_FN(sa_attn_tile)(const sa_attn_plan *a, const sa_task *task, void
         }
         const SA_T inv = 1 / l[r];
         for (int64_t c = 0; c < dv; c++) out[r * dv + c] = acc[r * dvp + c] * inv;
+        if (a->lse) SA_FN(put_lse)(a, it, q0 + r, m[r], l[r]);
     }
 }
 
@@ -371,7 +364,7 @@ static inline __attribute__((always_inline)) void SA_FN(rows4_body)(const SA_T *
 }
 /* Not inlined: inlined into the rows loop, GCC hoisted every K load of the block out of it (the
  * same for each 4 rows) and spilled them all. */
-static __attribute__((noinline)) void SA_FN(rows4_dots)(const SA_T *qa, const SA_T *k, int64_t ldk, int64_t dk,
+static __attribute__((noinline, aligned(64))) void SA_FN(rows4_dots)(const SA_T *qa, const SA_T *k, int64_t ldk, int64_t dk,
                                                         SA_T *s, int64_t lds) {
     if (dk == 64) SA_FN(rows4_body)(qa, k, ldk, 4, s, lds);
     else if (dk == 128) SA_FN(rows4_body)(qa, k, ldk, 8, s, lds);
@@ -422,7 +415,7 @@ static void SA_FN(pv_group)(const SA_T *p, int64_t ldp, int64_t nrows, int64_t n
  * (m, l, acc[0:dv]) over keys [c->j0, c->j1) in log2 units. scratch: >= sa_attn_rows_scratch(dk, dv).
  * Each block of keys is read while in L1 by every row of the group: Q K^T SA_VL keys at a time
  * for all rows, then the online softmax row by row, then P V for all rows together. */
-static void SA_FN(sa_attn_rows_part)(const sa_attn_plan *a, const sa_chunk *c, SA_T *parts, SA_T *scratch) {
+static __attribute__((aligned(64))) void SA_FN(sa_attn_rows_part)(const sa_attn_plan *a, const sa_chunk *c, SA_T *parts, SA_T *scratch) {
     const sa_group *g = a->groups + c->group;
     const sa_unit *u = a->units + g->unit;
     const int64_t dk = a->dk, dv = a->dv, rs_k = a->rs_k, rs_v = a->rs_v, nrows = g->nrows;
@@ -581,6 +574,7 @@ static void SA_FN(sa_attn_rows_merge)(const sa_attn_plan *a, const sa_group *g, 
         }
         const SA_T inv = 1 / l;
         for (int64_t d = 0; d < dv; d++) out[d] *= inv;
+        if (a->lse) SA_FN(put_lse)(a, it, row->i, m, l);
     }
 }
 #undef SA_BR

@@ -47,3 +47,37 @@ static void SA_FN(sa_add_row)(const SA_T *x, const SA_T *r, SA_T *s, int64_t n) 
     for (j = 0; j < nv; j += SA_VL) STORE(s + j, LOAD(x + j) + LOAD(r + j));
     for (; j < n; j++) s[j] = x[j] + r[j];
 }
+
+/* layer_norm's backward for one row (y = g xh + b, xh = (x - mean) / sigma, sigma = sqrt(var + eps)):
+ * dx = (G - mean(G) - xh mean(G xh)) / sigma, G = g dy; dg += dy xh and db += dy (the caller's
+ * partial sums of its block of rows). The mean and variance in two passes, as the reference's. */
+static void SA_FN(sa_layer_norm_back_row)(const SA_T *dy, const SA_T *x, const SA_T *g, SA_T eps, SA_T *dx,
+                                          SA_T *dg, SA_T *db, int64_t n) {
+    const int64_t nv = n - n % SA_VL;
+    const VEC z = SA_FN(splat)(0);
+    VEC a = z, q = z, gs = z, gx = z;
+    int64_t j;
+    for (j = 0; j < nv; j += SA_VL) a += LOAD(x + j);
+    SA_T s = SA_FN(hsum)(a);
+    for (; j < n; j++) s += x[j];
+    const SA_T mean = s / n;
+    for (j = 0; j < nv; j += SA_VL) {
+        const VEC d = LOAD(x + j) - mean, G = LOAD(g + j) * LOAD(dy + j);
+        q += d * d, gs += G, gx += G * d;
+    }
+    SA_T s2 = SA_FN(hsum)(q), sg = SA_FN(hsum)(gs), sgx = SA_FN(hsum)(gx);
+    for (; j < n; j++) {
+        const SA_T d = x[j] - mean, G = g[j] * dy[j];
+        s2 += d * d, sg += G, sgx += G * d;
+    }
+    const SA_T inv = 1 / sqrt(s2 / n + eps), mg = sg / n, mgx = sgx * inv / n;
+    for (j = 0; j < nv; j += SA_VL) {
+        const VEC xh = (LOAD(x + j) - mean) * inv, d = LOAD(dy + j);
+        STORE(dx + j, (LOAD(g + j) * d - mg - xh * mgx) * inv);
+        STORE(dg + j, LOAD(dg + j) + d * xh), STORE(db + j, LOAD(db + j) + d);
+    }
+    for (; j < n; j++) {
+        const SA_T xh = (x[j] - mean) * inv;
+        dx[j] = (g[j] * dy[j] - mg - xh * mgx) * inv, dg[j] += dy[j] * xh, db[j] += dy[j];
+    }
+}

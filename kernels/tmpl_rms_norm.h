@@ -52,3 +52,23 @@ static void SA_FN(sa_add_rms_norm_row)(const SA_T *x, const SA_T *r, const SA_T 
     for (; j < n; j++) { s[j] = x[j] + r[j]; ss += s[j] * s[j]; }
     SA_FN(sa_rms_scale)(s, g, ss, eps, out, n);
 }
+
+/* rms_norm's backward for one row (y = g x r, r = 1 / sqrt(mean(x^2) + eps)): dx = r (G - x r^2
+ * mean(G x)), G = g dy; dg += dy x r (the caller's partial sum of its block of rows) */
+static void SA_FN(sa_rms_norm_back_row)(const SA_T *dy, const SA_T *x, const SA_T *g, SA_T eps, SA_T *dx,
+                                        SA_T *dg, int64_t n) {
+    const SA_T r = 1 / sqrt(SA_FN(sa_sum_squares)(x, n) / n + eps);
+    const int64_t nv = n - n % SA_VL;
+    VEC cv = SA_FN(splat)(0);
+    int64_t j = 0;
+    for (; j < nv; j += SA_VL) cv += LOAD(g + j) * LOAD(dy + j) * LOAD(x + j);
+    SA_T c = SA_FN(hsum)(cv);
+    for (; j < n; j++) c += g[j] * dy[j] * x[j];
+    const SA_T k = r * r * r * c / n;
+    for (j = 0; j < nv; j += SA_VL) {
+        const VEC xv = LOAD(x + j), d = LOAD(dy + j);
+        STORE(dx + j, r * LOAD(g + j) * d - xv * k);
+        STORE(dg + j, LOAD(dg + j) + d * xv * r);
+    }
+    for (; j < n; j++) dx[j] = r * g[j] * dy[j] - x[j] * k, dg[j] += dy[j] * x[j] * r;
+}

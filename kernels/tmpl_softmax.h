@@ -19,3 +19,12 @@ static void SA_FN(sa_softmax_row)(const SA_T *x, SA_T *out, int64_t n) {
     for (j = 0; j < nv; j += SA_VL) STORE(out + j, LOAD(out + j) * r);
     for (; j < n; j++) out[j] *= r;
 }
+
+/* softmax's backward for one row: dx = y (dy - sum_j dy_j y_j) (y = softmax(x); dx may be dy) */
+static void SA_FN(sa_softmax_back_row)(const SA_T *dy, const SA_T *y, SA_T *dx, int64_t n) {
+    const int64_t nv = n - n % SA_VL;
+    const SA_T c = SA_FN(dot)(dy, y, n);
+    int64_t j = 0;
+    for (; j < nv; j += SA_VL) STORE(dx + j, LOAD(y + j) * (LOAD(dy + j) - c));
+    for (; j < n; j++) dx[j] = y[j] * (dy[j] - c);
+}

@@ -17,6 +17,12 @@ result array they may write. The kernel contract (the same for every backend):
         the threads share. Kernels decide no layout and no order: silkattn._plan's docstring is
         the contract, and the kernel's own tile geometry (Kernels.attention_tiles) is the only
         thing the plan asks of it.
+    attention_backward(plan, dout, D, lse, fix, items, first, dq, dk, dv, num_threads)
+                                                         the forward's plan over copies giving each item
+                                                         its own Q rows and each K/V unit its own rows;
+                                                         dout (rows x d_v), D, lse by output row; fix: 2
+                                                         a row, the kernel's scratch; items sorted by unit
+                                                         (unit u's: items[first[u]:first[u + 1]]); dq zeroed
     linear(x, w, b, out, transposed, has_bias, num_threads)
                                                          out = x w (+ b), x: (m, k) with m <= LINEAR_ROWS,
                                                          w: (k, n), or (n, k) if transposed (out = x w^T)
@@ -607,55 +613,131 @@ def _contiguous_call(Q, K, V):
 
 
 def attention(kernels, Q, K, V, mask=None, *, scale=None, softcap=None, bias=None, alibi_slopes=None,
-              causal=False, window=None, q_offset=0, out=None):
+              causal=False, window=None, q_offset=0, out=None, return_lse=False):
     causal, window = bool(causal), check.window(window)
     scale, softcap = check.optional_positive(scale, "scale"), check.optional_positive(softcap, "softcap")
     q_offset = check.q_offset(q_offset, causal or window is not None or alibi_slopes is not None)
+    return_lse = check.flag(return_lse, "return_lse")
     if kernels.attention is not None and mask is None and bias is None and alibi_slopes is None \
             and out is None:
         if _contiguous_call(Q, K, V) or _heads_view(Q, K, V):
-            return _kept_plan_call(kernels, Q, K, V, scale, softcap, causal, window, q_offset)
+            return _kept_plan_call(kernels, Q, K, V, scale, softcap, causal, window, q_offset, return_lse)
         heads = _grouped_heads(Q, K, V)  # (..., Hq, S, d) over (..., Hkv, S, d) as (heads, S, d) views
         if heads is not None:
-            out = _kept_plan_call(kernels, *heads, scale, softcap, causal, window, q_offset)
+            out = _kept_plan_call(kernels, *heads, scale, softcap, causal, window, q_offset, return_lse)
+            if return_lse:
+                return out[0].reshape(Q.shape[:-1] + V.shape[-1:]), out[1].reshape(Q.shape[:-1])
             return out.reshape(Q.shape[:-1] + V.shape[-1:])
     keywords = dict(scale=scale, softcap=softcap, causal=causal, window=window, q_offset=q_offset)
     slopes = check_alibi(alibi_slopes, as_float_array(Q, "Q"))
     args = Q, K, V, mask, bias
     Q, K, V, mask, bias, lead, out, g = prepare_attention(Q, K, V, mask, out, bias)
+    lse = np.empty(out.shape[:-1], out.dtype) if return_lse else None
     if not out.size:
-        return out
+        return (out, lse) if return_lse else out
     if kernels.attention is None:
         Q, K, V, mask, bias = _unsplit(out.dtype, *args)
         with _blas.threads():
-            np.copyto(out, ref.attention(Q, K, V, mask, bias=bias, alibi_slopes=slopes, **keywords))
-        return out
+            result = ref.attention(Q, K, V, mask, bias=bias, alibi_slopes=slopes, return_lse=return_lse,
+                                   **keywords)
+        if not return_lse:
+            np.copyto(out, result)
+            return out
+        np.copyto(out, result[0]), np.copyto(lse, result[1])
+        return out, lse
     layout = _layout(Q, K, V, mask, bias, lead, q_offset, slopes)
-    kernels.attention(*_finish(kernels, *layout, out, Q.shape[-1], V.shape[-1], scale, softcap, causal,
-                               window, slopes is not None))
-    return out
+    plan, nthreads = _finish(kernels, *layout, out, Q.shape[-1], V.shape[-1], scale, softcap, causal, window,
+                             slopes is not None)
+    plan.lse = None if lse is None else lse.reshape(-1)
+    kernels.attention(plan, nthreads)
+    return (out, lse) if return_lse else out
 
 
-def _kept_plan_call(kernels, Q, K, V, scale, softcap, causal, window, q_offset):
+def attention_backward(kernels, dout, Q, K, V, out, lse, mask=None, *, scale=None, softcap=None, bias=None,
+                       alibi_slopes=None, causal=False, window=None, q_offset=0):
+    causal, window = bool(causal), check.window(window)
+    scale, softcap = check.optional_positive(scale, "scale"), check.optional_positive(softcap, "softcap")
+    q_offset = check.q_offset(q_offset, causal or window is not None or alibi_slopes is not None)
+    slopes = check_alibi(alibi_slopes, as_float_array(Q, "Q"))
+    args = Q, K, V, mask, bias
+    Qg, Kg, Vg, mask, bias, lead, o, g = prepare_attention(Q, K, V, mask, None, bias)
+    dtype = o.dtype
+    dout, out, lse = (_backward_operand(a, name, shape, dtype) for a, name, shape in (
+        (dout, "dout", o.shape), (out, "out", o.shape), (lse, "lse", o.shape[:-1])))
+    Q, K, V = (np.asarray(a) for a in args[:3])
+    if not o.size or not K.size:
+        return tuple(np.zeros(a.shape, dtype) for a in (Q, K, V))
+    if kernels.attention_backward is None:
+        Qr, Kr, Vr, mr, br = _unsplit(dtype, *args)
+        with _blas.threads():
+            return ref.attention_backward(dout, Qr, Kr, Vr, out, lse, mr, scale=scale, softcap=softcap,
+                                          bias=br, alibi_slopes=slopes, causal=causal, window=window,
+                                          q_offset=q_offset)
+    # every item its own Q rows and every unit its own K and V rows (contiguous copies over the
+    # broadcast shapes): a task, one unit, then alone writes the rows of dQ, dK, dV it reads
+    kv_lead = np.broadcast_shapes(Kg.shape[:-2], Vg.shape[:-2])
+    Qc = np.ascontiguousarray(np.broadcast_to(Qg, lead + Qg.shape[-2:]))
+    Kc = np.ascontiguousarray(np.broadcast_to(Kg, kv_lead + Kg.shape[-2:]))
+    Vc = np.ascontiguousarray(np.broadcast_to(Vg, kv_lead + Vg.shape[-2:]))
+    layout = _layout(Qc, Kc, Vc, mask, bias, lead, q_offset, slopes)
+    plan, nthreads = _finish(kernels, *layout, o, Qc.shape[-1], Vc.shape[-1], scale, softcap, causal, window,
+                             slopes is not None)
+    units = plan.items["unit"]
+    order = np.argsort(units, kind="stable").astype(np.int64)
+    first = np.concatenate(([0], np.cumsum(np.bincount(units, minlength=len(plan.units))))).astype(np.int64)
+    rows = dout.reshape(-1, dout.shape[-1])
+    D = np.einsum("ij,ij->i", rows, out.reshape(rows.shape))  # rowsum(dout * out), O(rows) memory
+    dQ, dK, dV = np.zeros_like(Qc), np.empty_like(Kc), np.empty_like(Vc)
+    nthreads = max(1, min(nthreads, _threads._num_threads, len(plan.units)))
+    fix = np.empty(2 * len(D), dtype)  # the kernel's per-row (base, rel) of the weights
+    kernels.attention_backward(plan, rows.reshape(-1), D, lse.reshape(-1), fix, order, first, dQ.reshape(-1),
+                               dK.reshape(-1), dV.reshape(-1), nthreads)
+    return tuple(_sum_to(d, a_g.shape).reshape(a.shape)
+                 for d, a_g, a in ((dQ, Qg, Q), (dK, Kg, K), (dV, Vg, V)))
+
+
+def _backward_operand(a, name, shape, dtype):
+    """dout, out or lse of attention_backward: a float array of the forward's result shape, C-contiguous
+    in the call's dtype."""
+    a = as_float_array(a, name)
+    if a.shape != shape:
+        what = "lse" if name == "lse" else "output"
+        raise ValueError(f"{name} must have shape {shape} (attention's {what} for these Q, K, V), "
+                         f"got {a.shape}")
+    return np.ascontiguousarray(a, dtype)
+
+
+def _sum_to(d, shape):
+    """d summed over the axes its operand of `shape` was broadcast along (the gradient of broadcasting)."""
+    d = d.sum(tuple(range(d.ndim - len(shape)))) if d.ndim > len(shape) else d
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and d.shape[i] != 1)
+    return d.sum(axes, keepdims=True) if axes else d
+
+
+def _kept_plan_call(kernels, Q, K, V, scale, softcap, causal, window, q_offset, return_lse=False):
     """attention for the everyday calls (_contiguous_call, _heads_view, _grouped_heads), their plan
     kept by shape (and strides) in silkattn._cache and bound to the call's arrays: a repeated call
-    costs a look-up."""
+    costs a look-up. return_lse: (out, lse)."""
     keywords = (scale, softcap, causal, window, q_offset, kernels.attention_tiles, _threads._num_threads)
     out = np.empty(Q.shape[:-1] + V.shape[-1:], Q.dtype)
+    lse = np.empty(Q.shape[:-1], Q.dtype) if return_lse else None
     if _contiguous_call(Q, K, V):
         key = ("contiguous plan", Q.shape, Q.dtype.char, K.shape[-2], V.shape[-1], *keywords)
         plan, nthreads = _cache.get(key, lambda: _contiguous_plan(
             kernels, Q.shape[:-2], *Q.shape[-2:], *V.shape[-2:], Q.dtype, scale, softcap, causal, window,
             q_offset))
-        kernels.attention(plan.bind(Q.reshape(-1), K.reshape(-1), V.reshape(-1), out.reshape(-1)), nthreads)
-        return out
-    # the general path's plan: its offsets hold for any arrays of this layout
-    key = ("view plan", Q.shape, K.shape, V.shape[-1], Q.strides, K.strides, V.strides, Q.dtype.char,
-           *keywords)
-    plan, nthreads = _cache.get(key, lambda: _view_layout(kernels, Q, K, V, scale, softcap, causal, window,
-                                                          q_offset))
-    kernels.attention(plan.bind(_flat(Q), _flat(K), _flat(V), out.reshape(-1)), nthreads)
-    return out
+        bound = plan.bind(Q.reshape(-1), K.reshape(-1), V.reshape(-1), out.reshape(-1))
+    else:
+        # the general path's plan: its offsets hold for any arrays of this layout
+        key = ("view plan", Q.shape, K.shape, V.shape[-1], Q.strides, K.strides, V.strides, Q.dtype.char,
+               *keywords)
+        plan, nthreads = _cache.get(key, lambda: _view_layout(kernels, Q, K, V, scale, softcap, causal,
+                                                              window, q_offset))
+        bound = plan.bind(_flat(Q), _flat(K), _flat(V), out.reshape(-1))
+    if return_lse:
+        bound.lse = lse.reshape(-1)
+    kernels.attention(bound, nthreads)
+    return (out, lse) if return_lse else out
 
 
 def _grouped_heads(Q, K, V):

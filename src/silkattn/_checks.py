@@ -36,6 +36,13 @@ def nonnegative(x, name):
     return real(x, name, ">= 0 and finite", lambda v: v >= 0)
 
 
+def flag(x, name):
+    """x as a bool: True, False (or numpy's bool_), nothing else (a string "no" would be truthy)."""
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    raise TypeError(f"{name} must be True or False, got {x!r}")
+
+
 def optional_positive(x, name):
     """None, or positive(x): attention's scale and softcap (None: the default, or no cap)."""
     return None if x is None else real(x, name, "a positive finite number (or None)", lambda v: v > 0)

@@ -16,6 +16,8 @@ A plan holds
   left, right           the visible keys of the query at position p: p - left <= j <= p + right
                         (UNBOUNDED on an open side; causal is folded in as right <= 0)
   has_mask, has_bias, has_alibi
+  lse                   None, or the 1-D result of each output row's log sum exp of its final scores
+                        (natural units; row i of an item at item.out / d_v + i), for the backward
   derived               for a plan kept for its call shape (silkattn._cache): what each backend
                         derives from it (its tables in the backend's form), kept with it
 and the work, in one of two shapes chosen here by shape (ggml's rule: one op, the path by shape):
@@ -114,6 +116,7 @@ class Plan:
     stream: bool = False  # the rows path's K/V rows exceed LLC_BYTES / 2: prefetch ahead
     page_keys: int = 0  # a paged plan's keys a page (0: not paged)
     pages: np.ndarray = None  # a paged plan's pages: int64 (n, 2), K and V offsets of each page's row 0
+    lse: np.ndarray = None  # None, or every output row's log sum exp (the module doc)
     derived: dict = None  # a kept plan's (silkattn._cache) {backend: what it derives from the plan}:
     #                       kept with it, shared by its bound copies; None: a plan made for one call
 

@@ -30,6 +30,16 @@ TOL_Q8 = {
 }
 
 
+# Gradients (the backward ops): each is a sum over a whole axis of the forward (dK and dV over every
+# query of a key, dQ over every key of a query, a norm's dg over every row), rounded in the
+# kernel's order, so their float32 error grows with those lengths: a few 1e-6 absolute over the
+# tests' hundreds of terms of order 1, above TOL's 1e-5 when the sums reach tens.
+TOL_GRAD = {
+    np.dtype(np.float32): dict(rtol=2e-4, atol=5e-5),
+    np.dtype(np.float64): dict(rtol=1e-9, atol=1e-10),
+}
+
+
 def assert_close(actual, expected, dtype=None, table=TOL):
     """actual has the reference's shape, the given dtype, and values within that dtype's tolerance."""
     dtype = np.dtype(dtype or expected.dtype)

@@ -7,6 +7,7 @@ rms_norm, add_rms_norm, rope, silu_mul, matmul_int8.
 from . import ops
 from ._backends import Kernels, TileGeometry
 from ._cy import attention as _attention
+from ._cy import attention_backward as _attention_backward
 from ._cy import feed_forward as _feed_forward
 from ._cy import layer_norm as _layer_norm
 from ._cy import layer_step as _layer_step
@@ -23,6 +24,10 @@ ISA = _softmax.ISA_NAME  # the kernel copy that runs: "avx512", "avx2", "generic
 
 KERNELS = Kernels("cython", softmax=_softmax.softmax, layer_norm=_layer_norm.layer_norm,
                   attention=_attention.attention, attention_tiles=TileGeometry(**_attention.TILES),
+                  attention_backward=_attention_backward.attention_backward,
+                  softmax_backward=_softmax.softmax_backward,
+                  layer_norm_backward=_layer_norm.layer_norm_backward,
+                  rms_norm_backward=_rms_norm.rms_norm_backward,
                   linear=_linear.linear, linear_q=_linear_q.linear_q,
                   linear_qx=_linear_q.linear_qx, bias_relu=_feed_forward.bias_relu,
                   bias_gelu=_feed_forward.bias_gelu,

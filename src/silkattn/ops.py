@@ -9,7 +9,7 @@ record does the arithmetic.
 """
 import functools
 
-from . import _api, _backends
+from . import _api, _backends, _backward
 
 
 def softmax(x, *, out=None):
@@ -23,7 +23,7 @@ def layer_norm(X, g, b, eps=1e-5, *, out=None):
 
 
 def attention(Q, K, V, mask=None, *, scale=None, softcap=None, bias=None, alibi_slopes=None, causal=False,
-              window=None, q_offset=0, out=None):
+              window=None, q_offset=0, out=None, return_lse=False):
     """softmax(hide(softcap(scale Q K^T) + bias + alibi)) V over Q (..., Hq, Sq, d_k), K (..., Hkv, Sk,
     d_k), V (..., Hkv, Sk, d_v); the semantics are silkattn.reference.attention's.
 
@@ -33,10 +33,71 @@ def attention(Q, K, V, mask=None, *, scale=None, softcap=None, bias=None, alibi_
     window=(left, right) outside p_i - left <= j <= p_i + right) get the score -1e9; query i sits at
     position p_i = q_offset + i (with a KV cache of Sk keys, q_offset = Sk - Sq puts the new queries
     last). K and V may have fewer heads than Q (grouped-query attention: Hq % Hkv == 0, query head h
-    reads K/V head h // (Hq / Hkv)), read in place, never repeated.
+    reads K/V head h // (Hq / Hkv)), read in place, never repeated. return_lse: (out, lse), lse (...,
+    Hq, Sq) = log sum_j exp(s_ij) of each row's final scores, what attention_backward takes.
     """
     return _api.attention(_backends.kernels(), Q, K, V, mask, scale=scale, softcap=softcap, bias=bias,
-                          alibi_slopes=alibi_slopes, causal=causal, window=window, q_offset=q_offset, out=out)
+                          alibi_slopes=alibi_slopes, causal=causal, window=window, q_offset=q_offset, out=out,
+                          return_lse=return_lse)
+
+
+def attention_backward(dout, Q, K, V, out, lse, mask=None, *, scale=None, softcap=None, bias=None,
+                       alibi_slopes=None, causal=False, window=None, q_offset=0):
+    """(dQ, dK, dV): attention's gradients given dout = dL/d out, its inputs, and its (out, lse) from
+    attention(..., return_lse=True) with the same keywords. P = exp(s - lse) is recomputed a tile at
+    a time (nothing Sq x Sk is kept): dV = P^T dout, dS = P (dout V^T - rowsum(dout out)) (0 where a
+    key is hidden; times 1 - tanh^2 under a softcap), dQ = scale dS K, dK = scale dS^T Q; a K/V head
+    shared by a group of query heads (or broadcast) gets the sum. Each gradient has its operand's
+    shape; the semantics are silkattn.reference.attention_backward's."""
+    return _api.attention_backward(_backends.kernels(), dout, Q, K, V, out, lse, mask, scale=scale,
+                                   softcap=softcap, bias=bias, alibi_slopes=alibi_slopes, causal=causal,
+                                   window=window, q_offset=q_offset)
+
+
+def softmax_backward(dY, Y):
+    """dX = Y (dY - sum_j dY_j Y_j) over the last axis: softmax's gradient from its output Y."""
+    return _backward.softmax_backward(_backends.kernels(), dY, Y)
+
+
+def layer_norm_backward(dY, X, g, eps=1e-5):
+    """(dX, dg, db) of Y = g Xh + b, Xh = (X - mean) / sigma, sigma = sqrt(var + eps): dX = (G - mean(G)
+    - Xh mean(G Xh)) / sigma with G = g dY; dg = sum dY Xh and db = sum dY over the rows."""
+    return _backward.layer_norm_backward(_backends.kernels(), dY, X, g, eps)
+
+
+def rms_norm_backward(dY, X, g, eps=1e-5):
+    """(dX, dg) of Y = g X r, r = 1 / sqrt(mean(X^2) + eps): dX = r (G - X r^2 mean(G X)) with G = g dY;
+    dg = sum dY X r over the rows."""
+    return _backward.rms_norm_backward(_backends.kernels(), dY, X, g, eps)
+
+
+def linear_backward(dY, X, W):
+    """(dX, dW, db) of Y = X W (+ b): dX = dY W^T, dW = X^T dY, db = sum dY over X's leading axes."""
+    return _backward.linear_backward(_backends.kernels(), dY, X, W)
+
+
+def feed_forward_backward(dY, X, W1, b1, W2, b2, activation="relu"):
+    """(dX, dW1, db1, dW2, db2) of act(X W1 + b1) W2 + b2, act ReLU (feed_forward) or the exact GELU
+    ("gelu"); X W1 + b1 is recomputed, not taken from the forward."""
+    return _backward.feed_forward_backward(_backends.kernels(), dY, X, W1, b1, W2, b2, activation)
+
+
+def embedding_backward(dX, ids, vocab):
+    """dE (vocab, d) of X = E[ids]: dE[t] = the sum of dX's rows where ids is t (zero elsewhere)."""
+    return _backward.embedding_backward(_backends.kernels(), dX, ids, vocab)
+
+
+def cross_entropy(H, E, targets):
+    """The mean over H's rows of -log softmax(H E^T)[target]: next-token cross-entropy with the tied
+    output projection E (vocab, d), the logits made a block of rows at a time."""
+    return _backward.cross_entropy(_backends.kernels(), H, E, targets)
+
+
+def cross_entropy_backward(H, E, targets, dloss=1.0):
+    """(dH, dE) of dloss * cross_entropy(H, E, targets): with Z = H E^T, dZ = dloss (softmax(Z) -
+    onehot(target)) / rows, dH = dZ E, dE = dZ^T H; each block of logits turned into its gradient in
+    place (the rows x vocab logits never held whole, never twice)."""
+    return _backward.cross_entropy_backward(_backends.kernels(), H, E, targets, dloss)
 
 
 def attention_varlen(Q, K, V, cu_seqlens, *, causal=False, cu_seqlens_k=None, scale=None, softcap=None,
@@ -189,15 +250,18 @@ def layer_step_rows(step, X, positions, K_pages, V_pages, pages):
     return _api.layer_step_rows(_backends.kernels(), step, X, positions, K_pages, V_pages, pages)
 
 
-OPS = ("softmax", "layer_norm", "attention", "attention_varlen", "attention_paged", "linear", "matmul_int8",
-       "bias_relu", "bias_gelu", "add_layer_norm", "rms_norm", "add_rms_norm", "rope", "silu_mul",
-       "gelu_tanh_mul", "gate_mul", "layer_step", "layer_step_rows")
+OPS = ("softmax", "layer_norm", "attention", "attention_backward", "attention_varlen", "attention_paged",
+       "softmax_backward", "layer_norm_backward", "rms_norm_backward", "linear_backward",
+       "feed_forward_backward", "embedding_backward", "cross_entropy", "cross_entropy_backward",
+       "linear", "matmul_int8", "bias_relu", "bias_gelu", "add_layer_norm", "rms_norm", "add_rms_norm",
+       "rope", "silu_mul", "gelu_tanh_mul", "gate_mul", "layer_step", "layer_step_rows")
 
 
 def bind(kernels):
     """{op name: the op run on `kernels` alone}: a backend module's own API (silkattn.numba.attention)."""
     def bound(name):
-        public, impl = globals()[name], getattr(_api, name)
+        public = globals()[name]
+        impl = getattr(_api, name, None) or getattr(_backward, name)
 
         @functools.wraps(public)
         def call(*args, **kwargs):

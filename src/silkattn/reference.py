@@ -596,13 +596,16 @@ def softmax_backward(dY, Y):  # Y = softmax(X) -> dX
 def attention_backward(dout, Q, K, V, out, lse, mask=None, *, scale=None, softcap=None, bias=None,
                        alibi_slopes=None, causal=False, window=None, q_offset=0):  # -> (dQ, dK, dV)
     """attention's gradients from its output and lse (attention(..., return_lse=True)), the same
-    keywords: P = exp(s - lse), dV = P^T dout, dS = P (dout V^T - rowsum(dout out)), zero where a
-    key is hidden, times 1 - tanh^2(s0 / softcap) under a softcap; dQ = scale dS K, dK = scale dS^T
-    Q. A K/V head read by a group of query heads (grouped-query) gets the group's sum."""
+    keywords: P = exp(s - lse), the forward's weights (here softmax(s) itself; the kernels recompute
+    them from lse a tile at a time, and a row with every key hidden, whose lse -1e9 + ln(keys) loses
+    its ln(keys) to rounding, gets its uniform weights either way); dV = P^T dout, dS = P (dout V^T -
+    rowsum(dout out)), zero where a key is hidden, times 1 - tanh^2(s0 / softcap) under a softcap;
+    dQ = scale dS K, dK = scale dS^T Q. A K/V head read by a group of query heads (grouped-query)
+    gets the group's sum."""
     s, s0, shown = _scores(Q, K, mask, scale, softcap, bias, alibi_slopes, causal, window, q_offset)
     dt = s.dtype
     scale = 1 / np.sqrt(dt.type(Q.shape[-1])) if scale is None else dt.type(scale)
-    P = np.exp(s - lse[..., None])
+    P = softmax(s)
     Kh, Vh = kv_heads(Q, K), kv_heads(Q, V)
     dS = P * (dout @ np.swapaxes(Vh, -1, -2) - (dout * out).sum(-1, keepdims=True))
     dS = np.where(shown, dS, 0)  # a hidden score is the constant -1e9

@@ -98,8 +98,9 @@ def _jit(**kw):
 
 # q, k, v, mask, bias: the plan's flat operands (read-only), out: the flat result; kp, vp: the tiles
 # path's packed K and V (pack_kv); parts: the rows path's partial results; what a path does not use
-# is an empty array of the call's dtype.
-Operands = namedtuple("Operands", ["q", "k", "v", "mask", "bias", "out", "kp", "vp", "parts"])
+# is an empty array of the call's dtype; lse: empty, or every output row's log sum exp of its scores
+# (row i of an item at item.out / d_v + i), what attention_backward recomputes the weights from.
+Operands = namedtuple("Operands", ["q", "k", "v", "mask", "bias", "out", "kp", "vp", "parts", "lse"])
 # int64 (n, fields) views of the plan's tables (their columns named above); nslopes: the items'
 # -slope in the call's dtype; tile0[u]: unit u's first packed tile, tile_unit[w]: the unit of tile w;
 # tasks (tiles path) or groups, rows, chunks (rows path), the other path's empty.
@@ -273,6 +274,8 @@ def _exact_row(op, tb, sc, ob, qrow, kv, mrow, brow, p, sk, nslope, row):
             out[ob + d] += row[j] * v[vb + d]
     for d in range(dv):
         out[ob + d] = out[ob + d] / total
+    if op.lse.size:
+        op.lse[ob // dv] = m + math.log(total)
 
 
 # ---------------------------------------------------------------- tiles path
@@ -489,6 +492,8 @@ def _tile_out(b, q0, nq, op, tb, sc, acc, mrun, lrun, buf):
             inv = lrun[r]
             for d in range(dv):
                 out[uidx(ob + d)] = acc[uidx(r * dvp + d)] / inv
+            if op.lse.size:
+                op.lse[ob // dv] = mrun[r] + math.log(inv)
 
 
 @_jit()
@@ -928,3 +933,5 @@ def _merge(g, op, tb, sc, buf):
                 out[ob + d] += parts[pb + 2 + d] * wgt
         for d in range(dv):
             out[ob + d] = out[ob + d] / lsum
+        if op.lse.size:
+            op.lse[ob // dv] = m + math.log(lsum)

@@ -12,6 +12,7 @@ import numpy as np
 
 from .._step import DENSE
 from . import attention as _attention
+from . import attention_backward as _attention_backward
 from . import feed_forward as _feed_forward
 from . import layer_norm as _layer_norm
 from . import layer_step as _layer_step
@@ -42,6 +43,20 @@ def layer_norm(x, g, b, eps, out, num_threads):
 
 def rms_norm(x, g, eps, out, num_threads):
     _rms_norm.rms_norm_rows(x, g, eps, out, _use_threads(num_threads))
+
+
+def softmax_backward(dy, y, dx, num_threads):
+    _softmax.softmax_backward_rows(dy, y, dx, _use_threads(num_threads))
+
+
+def layer_norm_backward(dy, x, g, eps, dx, parts, block, num_threads):
+    _use_threads(num_threads)
+    _layer_norm.layer_norm_backward_rows(dy, x, g, x.dtype.type(eps), dx, parts, block)
+
+
+def rms_norm_backward(dy, x, g, eps, dx, dg, block, num_threads):
+    _use_threads(num_threads)
+    _rms_norm.rms_norm_backward_rows(dy, x, g, x.dtype.type(eps), dx, dg, block)
 
 
 def add_rms_norm(x, r, g, eps, s, out, num_threads):
@@ -86,20 +101,40 @@ def attention(plan, num_threads):
                int(plan.right), bool(plan.has_mask), bool(plan.has_bias), bool(plan.has_alibi), nthreads,
                int(plan.page_keys))
     none = _NONE[dtype.char]
+    lse = none if plan.lse is None else plan.lse
     if plan.path == "rows":
         parts = _workspace("parts", (plan.parts * (plan.dv + 2),), dtype)
         work = _workspace("rows", (nthreads, t.scratch), dtype)
-        _attention.attention_rows((q, k, v, mask, bias, plan.out, none, none, parts), t.tables, scalars, work)
+        ops = (q, k, v, mask, bias, plan.out, none, none, parts, lse)
+        _attention.attention_rows(ops, t.tables, scalars, work)
         return
     if plan.bq > _attention.BQ:
         raise ValueError(f"the plan's tiles have {plan.bq} rows, more than the kernel's {_attention.BQ}")
     kp = _workspace("kp", (t.ntiles * plan.dk * _attention.BK,), dtype)
     vp = _workspace("vp", (t.ntiles * _attention.BK * t.dvp,), dtype)
-    ops = (q, k, v, mask, bias, plan.out, kp, vp, none)
+    ops = (q, k, v, mask, bias, plan.out, kp, vp, none, lse)
     # with threads, the parallel pack also wakes them for the tiles that follow
     (_attention.pack_kv if nthreads > 1 else _attention.pack_kv_serial)(ops, t.tables, scalars)
     work = _workspace("work", (nthreads, t.scratch), dtype)
     _attention.attention_tiles(ops, t.tables, scalars, work)
+
+
+def attention_backward(plan, dout, D, lse, fix, items, first, dq, dk, dv, num_threads):
+    """The kernel contract's attention_backward (silkattn._api): the plan's K/V units as tasks,
+    attention_backward.py's three records filled here."""
+    nthreads = _use_threads(num_threads)
+    dtype = plan.q.dtype
+    lanes2 = 2 * VBYTES // dtype.itemsize  # the micro-kernel's two registers
+    dkp, dvp = -(-plan.dk // lanes2) * lanes2, -(-plan.dv // lanes2) * lanes2
+    reads = (plan.q, plan.k, plan.v, plan.mask, plan.bias, dout, D, lse)
+    ops = tuple(_read_only(a) for a in reads) + (dq, dk, dv, fix)
+    nslopes = np.ascontiguousarray(-plan.items["slope"], dtype)
+    tables = (_int_table(plan.items), nslopes, _int_table(plan.units), items, first)
+    scalars = (int(plan.rs_q), int(plan.rs_k), int(plan.rs_v), int(plan.rs_mask), int(plan.rs_bias), plan.dk,
+               plan.dv, dkp, dvp, dtype.type(plan.scale), dtype.type(plan.softcap), int(plan.left),
+               int(plan.right), bool(plan.has_mask), bool(plan.has_bias), bool(plan.has_alibi), nthreads)
+    work = _workspace("backward", (nthreads, int(_attention_backward.scratch_layout(dkp, dvp)[-1])), dtype)
+    _attention_backward.attention_backward_units(ops, tables, scalars, work)
 
 
 _NONE = {c: np.zeros(0, c) for c in "fd"}  # an operand the path does not use

@@ -122,3 +122,35 @@ def layer_norm_rows(x, g, b, eps, out, nthreads):
             buf[3 * W + j] = b[nv + j]
         for i in range(p * rows // nthreads, (p + 1) * rows // nthreads):
             layer_norm_row(xf, i * n, g, b, inv_n, e, buf, of, i * n)
+
+
+@jit(cache=CACHE, parallel=True, fastmath=FASTMATH)
+def layer_norm_backward_rows(dy, x, g, eps, dx, parts, block):
+    """layer_norm's backward: dx = (G - mean(G) - xh mean(G xh)) / sigma, G = g dy, xh = (x - mean) /
+    sigma, sigma = sqrt(var + eps) per row (mean and variance in two passes); parts[k] (zeroed) +=
+    dy xh then dy (2 n values) over rows k block .. (k + 1) block (a fixed split: the caller's sum over k does not
+    depend on the threads)."""
+    rows, n = x.shape
+    for k in prange(parts.shape[0]):
+        for i in range(k * block, min((k + 1) * block, rows)):
+            s = x[i, 0] - x[i, 0]
+            for j in range(n):
+                s += x[i, j]
+            mean = s / n
+            s2 = s - s
+            sg = s2
+            sgx = s2
+            for j in range(n):
+                d = x[i, j] - mean
+                G = g[j] * dy[i, j]
+                s2 += d * d
+                sg += G
+                sgx += G * d
+            inv = 1 / math.sqrt(s2 / n + eps)
+            mg = sg / n
+            mgx = sgx * inv / n
+            for j in range(n):
+                xh = (x[i, j] - mean) * inv
+                dx[i, j] = (g[j] * dy[i, j] - mg - xh * mgx) * inv
+                parts[k, j] += dy[i, j] * xh
+                parts[k, n + j] += dy[i, j]

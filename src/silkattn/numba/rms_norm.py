@@ -118,3 +118,23 @@ def add_rms_norm_rows(x, r, g, eps, s, out, nthreads):
             q1 = vfma(v, v, q1)
             ms = hsum(vadd(q0, q1)) / c[0]
             _scale_row(sf, base, g, 1 / math.sqrt(ms + c[1]), of, nv, nt, buf, W)
+
+
+@jit(cache=CACHE, parallel=True, fastmath=FASTMATH)
+def rms_norm_backward_rows(dy, x, g, eps, dx, dg, block):
+    """rms_norm's backward: dx = r (G - x r^2 mean(G x)), G = g dy, r = 1 / sqrt(mean(x^2) + eps) per
+    row; dg[k] (zeroed) += dy x r over rows k block .. (k + 1) block (a fixed split: the caller's sum
+    over k does not depend on the threads)."""
+    rows, n = x.shape
+    for k in prange(dg.shape[0]):
+        for i in range(k * block, min((k + 1) * block, rows)):
+            ss = x[i, 0] - x[i, 0]
+            c = ss
+            for j in range(n):
+                ss += x[i, j] * x[i, j]
+                c += g[j] * dy[i, j] * x[i, j]
+            r = 1 / math.sqrt(ss / n + eps)
+            kk = r * r * r * c / n
+            for j in range(n):
+                dx[i, j] = r * g[j] * dy[i, j] - x[i, j] * kk
+                dg[k, j] += dy[i, j] * x[i, j] * r

@@ -48,3 +48,16 @@ def softmax_rows(x, out, nthreads):
             vstore(of, base + j, vmul(vload(of, base + j), inv))
         for j in range(n - nv):
             of[base + nv + j] = tail[j] / total
+
+
+@jit(cache=CACHE, parallel=True, fastmath=FASTMATH)
+def softmax_backward_rows(dy, y, dx, nthreads):
+    """dx = y (dy - sum_j dy_j y_j) per row (dx may be dy); one block of rows a thread."""
+    rows, n = y.shape
+    for p in prange(nthreads):
+        for i in range(p * rows // nthreads, (p + 1) * rows // nthreads):
+            c = y[i, 0] - y[i, 0]
+            for j in range(n):
+                c += dy[i, j] * y[i, j]
+            for j in range(n):
+                dx[i, j] = y[i, j] * (dy[i, j] - c)
