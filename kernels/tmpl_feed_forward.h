@@ -44,3 +44,23 @@ static void SA_FN(sa_bias_gelu_row)(SA_T *h, const SA_T *b, int64_t n) {
         for (int64_t i = j; i < n; i++) h[i] = v[i - j];
     }
 }
+
+/* dz = dh gelu'(z), gelu'(z) = Phi(z) + z phi(z) = (1 + erf(z / sqrt 2)) / 2 + z e^(-z^2 / 2) / sqrt(2 pi),
+ * for one row of n (dz may be dh); the tail through a padded vector, as above. */
+static inline VEC SA_FN(gelu_slope)(VEC z) {
+    const SA_T r = (SA_T)0.70710678118654752440, c = (SA_T)0.39894228040143267794;
+    VEC e = -(z * z) * (SA_T)0.5;
+    e = SA_FN(select)(e < SA_FN(splat)(-80), SA_FN(splat)(-80), e);  /* e^-80 z is 0 in float32, tiny in double */
+    return (1 + SA_FN(erfv)(z * r)) * (SA_T)0.5 + z * SA_FN(expv)(e) * c;
+}
+
+static void SA_FN(sa_gelu_back_row)(const SA_T *dh, const SA_T *z, SA_T *dz, int64_t n) {
+    int64_t j = 0;
+    for (; j + SA_VL <= n; j += SA_VL) STORE(dz + j, LOAD(dh + j) * SA_FN(gelu_slope)(LOAD(z + j)));
+    if (j < n) {
+        VEC v = SA_FN(splat)(0);
+        for (int64_t i = j; i < n; i++) v[i - j] = z[i];
+        v = SA_FN(gelu_slope)(v);
+        for (int64_t i = j; i < n; i++) dz[i] = dh[i] * v[i - j];
+    }
+}

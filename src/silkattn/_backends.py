@@ -37,6 +37,7 @@ class Kernels:
     softmax_backward: Kernel = None  # (dy, y, dx, num_threads): rows of y (dy - rowsum(dy y))
     layer_norm_backward: Kernel = None  # (dy, x, g, eps, dx, parts, block, num_threads): dg|db a block
     rms_norm_backward: Kernel = None  # (dy, x, g, eps, dx, dg, block, num_threads): dg a block of rows
+    gelu_backward: Kernel = None    # (dh, z, dz, num_threads): dz = dh gelu'(z) over rows
     linear: Kernel = None           # x W (+ b) for a few rows of x: a decoding step's projections
     linear_q: Kernel = None         # the same with W as GGUF blocks (silkattn.quant.QuantizedMatrix)
     linear_qx: Kernel = None        # linear_q for the kinds after quant.ROW_KINDS (float32 activations)

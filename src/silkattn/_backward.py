@@ -9,7 +9,7 @@ summed here, so the result does not depend on the thread count.
 """
 import numpy as np
 
-from . import _blas
+from . import _api, _blas
 from . import _checks as check
 from . import reference as ref
 from ._api import ROW_WORK, _along_last_axis, _last_axis, _rows, as_float_array, threads_for
@@ -104,11 +104,22 @@ def feed_forward_backward(kernels, dY, X, W1, b1, W2, b2, activation="relu"):
     b1 = _vector(b1, "b1", W1.shape[1])
     _vector(b2, "b2", W2.shape[1])
     with _blas.threads():
-        Z = X @ W1 + b1  # recomputed, not kept by the forward: (rows, d_ff)
-        H = np.maximum(Z, 0) if activation == "relu" else ref.gelu(Z)
-        dH, dW2, db2 = linear_backward(kernels, dY, H, W2)
-        dH *= (Z > 0) if activation == "relu" else ref.gelu_grad(Z)
-        dX, dW1, db1 = linear_backward(kernels, dH, X, W1)
+        Z = X @ W1  # recomputed, not kept by the forward: (..., d_ff)
+    Z += b1
+    if activation == "relu":
+        H = np.maximum(Z, 0)
+    else:  # the exact GELU and its slope: the backend's kernels (bias_gelu with a zero bias)
+        H = _api.bias_gelu(kernels, Z, np.zeros_like(b1), out=np.empty_like(Z))
+    dH, dW2, db2 = linear_backward(kernels, dY, H, W2)
+    del H
+    if activation == "relu":
+        np.multiply(dH, Z > 0, out=dH)
+    elif kernels.gelu_backward is None or dH.dtype != Z.dtype:
+        dH *= ref.gelu_grad(Z)
+    else:
+        rows = dH.reshape(-1, dH.shape[-1])
+        kernels.gelu_backward(rows, Z.reshape(rows.shape), rows, threads_for(Z.size, ROW_WORK))
+    dX, dW1, db1 = linear_backward(kernels, dH, X, W1)
     return dX, dW1, db1, dW2, db2
 
 

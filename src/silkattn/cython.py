@@ -27,7 +27,7 @@ KERNELS = Kernels("cython", softmax=_softmax.softmax, layer_norm=_layer_norm.lay
                   attention_backward=_attention_backward.attention_backward,
                   softmax_backward=_softmax.softmax_backward,
                   layer_norm_backward=_layer_norm.layer_norm_backward,
-                  rms_norm_backward=_rms_norm.rms_norm_backward,
+                  rms_norm_backward=_rms_norm.rms_norm_backward, gelu_backward=_feed_forward.gelu_backward,
                   linear=_linear.linear, linear_q=_linear_q.linear_q,
                   linear_qx=_linear_q.linear_qx, bias_relu=_feed_forward.bias_relu,
                   bias_gelu=_feed_forward.bias_gelu,

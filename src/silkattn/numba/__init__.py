@@ -33,6 +33,7 @@ OPENMP = True  # Numba's own threading layer (omp, tbb or workqueue) is always t
 KERNELS = Kernels("numba", softmax=driver.softmax, layer_norm=driver.layer_norm, attention=driver.attention,
                   attention_backward=driver.attention_backward, softmax_backward=driver.softmax_backward,
                   layer_norm_backward=driver.layer_norm_backward, rms_norm_backward=driver.rms_norm_backward,
+                  gelu_backward=driver.gelu_backward,
                   attention_tiles=TileGeometry(BQ, BQ, R), linear=driver.linear, linear_q=driver.linear_q,
                   linear_qx=driver.linear_qx,
                   bias_relu=driver.bias_relu, bias_gelu=driver.bias_gelu, rms_norm=driver.rms_norm,

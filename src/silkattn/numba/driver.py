@@ -45,6 +45,11 @@ def rms_norm(x, g, eps, out, num_threads):
     _rms_norm.rms_norm_rows(x, g, eps, out, _use_threads(num_threads))
 
 
+def gelu_backward(dh, z, dz, num_threads):
+    _use_threads(num_threads)
+    _feed_forward.gelu_backward_rows(dh, z, dz)
+
+
 def softmax_backward(dy, y, dx, num_threads):
     _softmax.softmax_backward_rows(dy, y, dx, _use_threads(num_threads))
 

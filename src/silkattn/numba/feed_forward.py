@@ -58,3 +58,17 @@ def bias_act_rows(h, b, gelu):
             for j in range(n):
                 v = h[i, j] + b[j]
                 h[i, j] = v if not v < 0 else 0  # NaN stays NaN, as with np.maximum
+
+
+@jit(cache=CACHE, parallel=True, fastmath=FASTMATH)
+def gelu_backward_rows(dh, z, dz):
+    """dz = dh gelu'(z), gelu'(z) = (1 + erf(z / sqrt 2)) / 2 + z e^(-z^2 / 2) / sqrt(2 pi) (dz may be
+    dh)."""
+    rows, n = z.shape
+    c = np.empty(4, z.dtype)  # the constants in z's dtype
+    c[0], c[1], c[2], c[3] = SQRT_HALF, 0.5, 1, 0.39894228040143267794
+    for i in prange(rows):
+        for j in range(n):
+            v = z[i, j]
+            bump = v * math.exp(max(-v * v * c[1], -80)) * c[3]  # z phi(z)
+            dz[i, j] = dh[i, j] * ((c[2] + _erf(v * c[0])) * c[1] + bump)

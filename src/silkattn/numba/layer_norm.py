@@ -128,8 +128,8 @@ def layer_norm_rows(x, g, b, eps, out, nthreads):
 def layer_norm_backward_rows(dy, x, g, eps, dx, parts, block):
     """layer_norm's backward: dx = (G - mean(G) - xh mean(G xh)) / sigma, G = g dy, xh = (x - mean) /
     sigma, sigma = sqrt(var + eps) per row (mean and variance in two passes); parts[k] (zeroed) +=
-    dy xh then dy (2 n values) over rows k block .. (k + 1) block (a fixed split: the caller's sum over k does not
-    depend on the threads)."""
+    dy xh then dy (2 n values) over rows k block .. (k + 1) block (a fixed split: the caller's sum over k
+    does not depend on the threads)."""
     rows, n = x.shape
     for k in prange(parts.shape[0]):
         for i in range(k * block, min((k + 1) * block, rows)):
