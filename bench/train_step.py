@@ -9,10 +9,10 @@
   attention  attention_backward (1, 8, 2048, 64) causal against torch's CPU flash-attention backward
              (autograd.grad through scaled_dot_product_attention); both gradients compared
 
-Each worker times --repeats runs after a warm-up (medians), and reports its peak RSS and its RSS
-before the first step (the model and the optimizer made, no step run): what a step adds is their
-difference. numpy's sgemm is timed in silkattn's process, as the physical rate the step's products
-are quoted against.
+Each worker times --repeats runs after a warm-up (medians), and reports its RSS before the first
+step (the model and the optimizer made, no step run) and the peak RSS from there on (the kernel's
+VmHWM, reset at that point): what a step adds is their difference. numpy's sgemm is timed in
+silkattn's process, on as many threads, as the physical rate the products are quoted against.
 
     python bench/train_step.py [--threads 1,2] [--repeats 5] [--python PY] [--case step,attention]
 
@@ -40,7 +40,23 @@ def _rss_mb():
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+def _reset_peak():
+    """The RSS right now, the kernel's record of the process's peak RSS (VmHWM) reset to it, so that
+    _peak_mb measures what follows alone (not an import's or a file load's transient before)."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    return _rss_mb()
+
+
 def _peak_mb():
+    """The peak RSS since _reset_peak (VmHWM), or the process's (getrusage) where /proc has none."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
@@ -77,7 +93,7 @@ def worker_silkattn(case, data, threads, repeats):
             dst[...] = z[f"p{i}"]
         ids, targets = z["ids"], z["targets"]
         opt = train.AdamW(P, lr=3e-4, weight_decay=0.01)
-        out["rss_before_mb"] = _rss_mb()
+        out["rss_before_mb"] = _reset_peak()
         losses = []
 
         def step():
@@ -90,7 +106,7 @@ def worker_silkattn(case, data, threads, repeats):
     else:
         Q, K, V, dO = (z[n] for n in ("q", "k", "v", "do"))
         out_, lse = silkattn.attention(Q, K, V, causal=True, return_lse=True)
-        out["rss_before_mb"] = _rss_mb()
+        out["rss_before_mb"] = _reset_peak()
         out["forward_s"] = _median_times(lambda: silkattn.attention(Q, K, V, causal=True, return_lse=True),
                                          repeats)[0]
         out["median_s"], out["times"] = _median_times(
@@ -125,7 +141,7 @@ def worker_torch(case, data, threads, repeats):
         ids, targets = torch.tensor(z["ids"]), torch.tensor(z["targets"])
         B, T = ids.shape
         d, h = CONFIG["d"], CONFIG["h"]
-        out["rss_before_mb"] = _rss_mb()
+        out["rss_before_mb"] = _reset_peak()
         losses = []
 
         def heads(A):
@@ -152,7 +168,7 @@ def worker_torch(case, data, threads, repeats):
         q, k, v = (torch.tensor(z[n], requires_grad=True) for n in ("q", "k", "v"))
         do = torch.tensor(z["do"])
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        out["rss_before_mb"] = _rss_mb()
+        out["rss_before_mb"] = _reset_peak()
         with torch.no_grad():
             out["forward_s"] = _median_times(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
                                              repeats)[0]
@@ -226,7 +242,7 @@ def report(case, threads, ours, rival, data):
                  else f", forward {r['forward_s'] * 1e3:.1f} ms")
         print(f"  {name:18s} median {r['median_s'] * 1e3:8.1f} ms  runs {r['times']}{extra}; peak RSS "
               f"{r['peak_mb']:.0f} MB, {r['peak_mb'] - r['rss_before_mb']:.0f} MB over its RSS before the "
-              "step")
+              "first step")
     if case == "step":
         rate = step_flops() / ours["median_s"] / 1e9
     else:

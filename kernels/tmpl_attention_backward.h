@@ -61,8 +61,12 @@ static inline VEC SA_FN(btanh)(VEC x) {
 /* rows x cols of src (row step ld) into dst (row step ldd), zero past them up to nr x ncols */
 static void SA_FN(bload)(const SA_T *src, int64_t ld, int64_t rows, int64_t cols, SA_T *dst, int64_t ldd,
                          int64_t nr, int64_t ncols) {
-    for (int64_t r = 0; r < nr; r++)
-        for (int64_t c = 0; c < ncols; c++) dst[r * ldd + c] = r < rows && c < cols ? src[r * ld + c] : 0;
+    for (int64_t r = 0; r < nr; r++) {
+        SA_T *d = dst + r * ldd;
+        const int64_t n = r < rows ? cols : 0;
+        if (n) memcpy(d, src + r * ld, sizeof(SA_T) * n);
+        if (ncols > n) memset(d + n, 0, sizeof(SA_T) * (ncols - n));
+    }
 }
 
 /* The weights P (in s) and dS (in ds) of query rows q0 .. q0 + nq of item `it` against keys k0 ..

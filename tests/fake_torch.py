@@ -15,6 +15,9 @@ class Tensor(np.ndarray):
     def numpy(self):
         return np.asarray(self)
 
+    def requires_grad_(self, flag=True):
+        return self
+
 
 def _tensor(a):
     return np.asarray(a).view(Tensor)
@@ -39,7 +42,17 @@ def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, e
             bias = attn_mask
     elif is_causal:
         mask = ref.causal_mask(q.shape[-2], k.shape[-2])  # top-left, as torch's
-    return _tensor(ref.attention(q, k, v, mask, scale=scale, bias=bias))
+    out = _tensor(ref.attention(q, k, v, mask, scale=scale, bias=bias))
+    out.sdpa_inputs = (q, k, v, mask, scale, bias)  # what _grad differentiates
+    return out
+
+
+def _grad(outputs, inputs, grad_outputs, retain_graph=False):
+    """torch.autograd.grad of an SDPA output with respect to its (q, k, v), by the reference."""
+    q, k, v, mask, scale, bias = outputs.sdpa_inputs
+    out, lse = ref.attention(q, k, v, mask, scale=scale, bias=bias, return_lse=True)
+    grads = ref.attention_backward(np.asarray(grad_outputs), q, k, v, out, lse, mask, scale=scale, bias=bias)
+    return tuple(_tensor(g) for g in grads)
 
 
 def _layer_norm(x, shape, weight, bias, eps=1e-5):
@@ -63,4 +76,5 @@ torch.empty = lambda shape, dtype: _tensor(np.empty(shape, dtype))
 torch.matmul = lambda a, b, out=None: np.matmul(a, b, out=out)
 torch.argmax = np.argmax
 torch.tensor = _tensor
+torch.autograd = types.SimpleNamespace(grad=_grad)
 MODULES = {"torch": torch, "torch.nn": nn, "torch.nn.functional": functional}

@@ -48,30 +48,26 @@ def _norm_operands(dY, X, g, eps, op, eps_check):
 
 
 def layer_norm_backward(kernels, dY, X, g, eps=1e-5):
-    dY, X, g, eps = _norm_operands(dY, X, g, eps, "layer_norm_backward", check.nonnegative)
-    dtype = g.dtype
-    if not X.size or kernels.layer_norm_backward is None:
-        return ref.layer_norm_backward(dY, X, g, eps)
-    rows = _rows(X)
-    parts = np.zeros((-(-len(rows) // ROW_BLOCK), 2 * X.shape[-1]), dtype)
-    dX = np.empty(X.shape, dtype)
-    kernels.layer_norm_backward(_rows(dY), rows, g, eps, dX.reshape(rows.shape), parts, ROW_BLOCK,
-                                threads_for(X.size, ROW_WORK))
-    dg, db = parts.sum(0).reshape(2, -1)
-    return dX, dg, db
+    return _norm_backward(kernels.layer_norm_backward, ref.layer_norm_backward, dY, X, g, eps,
+                          "layer_norm_backward", check.nonnegative, 2)
 
 
 def rms_norm_backward(kernels, dY, X, g, eps=1e-5):
-    dY, X, g, eps = _norm_operands(dY, X, g, eps, "rms_norm_backward", check.positive)
-    dtype = g.dtype
-    if not X.size or kernels.rms_norm_backward is None:
-        return ref.rms_norm_backward(dY, X, g, eps)
+    return _norm_backward(kernels.rms_norm_backward, ref.rms_norm_backward, dY, X, g, eps,
+                          "rms_norm_backward", check.positive, 1)
+
+
+def _norm_backward(kernel, reference, dY, X, g, eps, op, eps_check, sums):
+    """(dX, and the `sums` gradients summed over the rows: dg (and db)) of a norm: the kernel leaves
+    them per block of ROW_BLOCK rows, (blocks, sums x n), added up here."""
+    dY, X, g, eps = _norm_operands(dY, X, g, eps, op, eps_check)
+    if not X.size or kernel is None:
+        return reference(dY, X, g, eps)
     rows = _rows(X)
-    parts = np.zeros((-(-len(rows) // ROW_BLOCK), X.shape[-1]), dtype)
-    dX = np.empty(X.shape, dtype)
-    kernels.rms_norm_backward(_rows(dY), rows, g, eps, dX.reshape(rows.shape), parts, ROW_BLOCK,
-                              threads_for(X.size, ROW_WORK))
-    return dX, parts.sum(0)
+    parts = np.zeros((-(-len(rows) // ROW_BLOCK), sums * X.shape[-1]), g.dtype)
+    dX = np.empty(X.shape, g.dtype)
+    kernel(_rows(dY), rows, g, eps, dX.reshape(rows.shape), parts, ROW_BLOCK, threads_for(X.size, ROW_WORK))
+    return (dX, *parts.sum(0).reshape(sums, -1))
 
 
 def _product(dY, X, W):

@@ -268,6 +268,57 @@ ATTENTION = Op(
 )
 
 
+# ---------------------------------------------------------------- attention_backward
+
+def attention_backward_cases(full):
+    """Training's attention: (1, 8, S, 64) causal float32, dQ, dK, dV from the forward's out and
+    lse (made once, outside the timed call); in the full set only (the quick bench has none)."""
+    if not full:
+        return []
+    return [dict(op="attention_backward", heads=8, S=S, d=64, dtype="float32") for S in (512, 1024)]
+
+
+def _attention_backward_inputs(c):
+    rng = _rng()
+    return [rng.standard_normal((1, c["heads"], c["S"], c["d"])).astype(c["dtype"]) for _ in range(4)]
+
+
+def _flat_grads(grads):
+    return np.concatenate([np.asarray(g).ravel() for g in grads])
+
+
+def _attention_backward_silkattn(c, args, sa):
+    Q, K, V, dO = args
+    out, lse = sa.attention(Q, K, V, causal=True, return_lse=True)
+    return Call(lambda: sa.attention_backward(dO, Q, K, V, out, lse, causal=True), _flat_grads)
+
+
+def _attention_backward_reference(c, args):
+    from silkattn import reference as ref
+    Q, K, V, dO = args
+    out, lse = ref.attention(Q, K, V, causal=True, return_lse=True)
+    return Call(lambda: _flat_grads(ref.attention_backward(dO, Q, K, V, out, lse, causal=True)))
+
+
+def _attention_backward_torch(c, args):
+    torch = _torch()
+    import torch.nn.functional as F
+    q, k, v = (torch.from_numpy(a).requires_grad_() for a in args[:3])
+    do = torch.from_numpy(args[3])
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # torch's CPU flash attention
+    return Call(lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True),
+                lambda grads: _flat_grads(g.numpy() for g in grads))
+
+
+ATTENTION_BACKWARD = Op(
+    "attention_backward", attention_backward_cases,
+    label=lambda c: f"attention_backward (1,{c['heads']},{c['S']},{c['d']}) causal {c['dtype']}",
+    inputs=_attention_backward_inputs, silkattn=_attention_backward_silkattn,
+    rivals={"numpy": _attention_backward_reference, "torch": _attention_backward_torch},
+    gflop=lambda c: 5 * 2 * c["heads"] * c["S"] * c["S"] / 2 * c["d"] / GFLOP,
+)
+
+
 # ---------------------------------------------------------------- softmax, layer_norm
 
 def _rows_label(c):
@@ -977,7 +1028,8 @@ LLM = Op(
 )
 
 
-OPS = {op.name: op for op in (ATTENTION, SOFTMAX, LAYER_NORM, MULTI_HEAD, TRANSFORMER, GENERATE, BERT, LLM)}
+OPS = {op.name: op for op in (ATTENTION, ATTENTION_BACKWARD, SOFTMAX, LAYER_NORM, MULTI_HEAD, TRANSFORMER,
+                              GENERATE, BERT, LLM)}
 RIVALS = ("numpy", "torch", "sentence-transformers", "onnxruntime", "transformers", "llama.cpp")
 # run in the Python that has torch (and the other libraries: onnxruntime, llama-cpp-python)
 TORCH_RIVALS = ("torch", "sentence-transformers", "onnxruntime", "transformers", "llama.cpp")

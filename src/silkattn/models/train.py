@@ -223,6 +223,9 @@ def save_checkpoint(directory, P, optimizer, meta):
             np.savez(f, **arrays)
             f.flush()
             os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # a plain file's mode (mkstemp makes it 0600)
         os.replace(tmp, directory / "checkpoint.npz")
     except BaseException:
         if os.path.exists(tmp):

@@ -18,7 +18,7 @@ from collections import namedtuple
 import numpy as np
 from numba import prange
 
-from ._simd import vwidth
+from ._simd import vexp_sub, vwidth
 from .attention import (
     EXACT_BELOW,
     IT_BIAS,
@@ -98,8 +98,11 @@ def _gemm(m, n, kk, A, a0, lda, B, b0, ldb, C, c0, add):
 def _load(src, s0, ld, rows, cols, dst, d0, nrows, ncols):
     """rows x cols of src (rows ld apart) into dst's nrows x ncols block at d0, zero past them."""
     for r in range(nrows):
-        for c in range(ncols):
-            dst[d0 + r * ncols + c] = src[s0 + r * ld + c] if r < rows and c < cols else 0
+        d = d0 + r * ncols
+        n = cols if r < rows else 0
+        if n:
+            dst[d:d + n] = src[s0 + r * ld:s0 + r * ld + n]
+        dst[d + n:d + ncols] = 0
 
 
 @_jit()
@@ -159,8 +162,7 @@ def _pair(b, q0, k0, nk, op, tb, sc, buf, o):
     _gemm(BQ, dkp, BK, buf, o[9], BK, buf, o[2], dkp, buf, o[7], False)  # dQ = dS K
     qb = it[b, IT_Q] + q0 * sc.rs_q
     for r in range(nq):
-        for c in range(sc.dk):
-            op.dq[qb + r * sc.rs_q + c] += buf[o[7] + r * dkp + c]
+        op.dq[qb + r * sc.rs_q:qb + r * sc.rs_q + sc.dk] += buf[o[7] + r * dkp:o[7] + r * dkp + sc.dk]
 
 
 @_jit()
@@ -215,6 +217,13 @@ def _weights(b, q0, nq, k0, nk, op, tb, sc, buf, o):
             continue
         row = it[b, IT_OUT] // sc.dv + q0 + r
         base, rel, d = op.fix[2 * row], op.fix[2 * row + 1], buf[o[14] + r]
+        if not (partial or cap > 0 or sc.has_bias or sc.has_alibi):  # the plain tile, vectorised
+            for j in range(BK):
+                buf[sr + j] *= scale
+            vexp_sub(buf, sr, buf, sr, BK, base + rel)
+            for j in range(BK):
+                buf[dr + j] = buf[sr + j] * (buf[dr + j] - d) * scale
+            continue
         mrow = it[b, IT_MASK] + (q0 + r) * sc.rs_mask + k0
         brow = it[b, IT_BIAS] + (q0 + r) * sc.rs_bias + k0
         for j in range(BK):
