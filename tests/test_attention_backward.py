@@ -5,10 +5,13 @@ heads, broadcast batch dims, windows, scale, softcap, bias, ALiBi), both paths o
 head sizes off the register width, float32 and float64 (silkattn._testing.TOL_GRAD), 1 and 2
 threads; the gradients independent of the thread count; nothing of size Sq x Sk allocated; bad
 input refused naming the argument."""
+import os
 import tracemalloc
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from silkattn import reference as ref
 from silkattn._testing import TOL_GRAD, assert_close
@@ -123,3 +126,46 @@ def test_bad_input(any_backend, rng):
         any_backend.attention(Q, K, V, return_lse="yes")
     with pytest.raises(ValueError, match="softcap"):
         any_backend.attention_backward(out, Q, K, V, out, lse, softcap=-1.0)
+
+
+EXAMPLES = 200 if os.environ.get("HYPOTHESIS_PROFILE") == "long" else 20
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_random_geometries(backend, data):
+    """Every keyword combination at random shapes (tile edges, GQA, q_offset past or before the
+    keys, windows, a mask with fully hidden rows, bias, ALiBi, softcap), against the reference."""
+    draw = data.draw
+    Hkv = draw(st.integers(1, 3))
+    Hq = Hkv * draw(st.integers(1, 3))
+    Sq, Sk = draw(st.integers(1, 140)), draw(st.integers(1, 140))
+    dk, dv = draw(st.integers(1, 40)), draw(st.integers(1, 40))
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    causal = draw(st.booleans())
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    kw = dict(causal=causal, q_offset=draw(st.integers(0, 150)) if causal else 0)
+    if draw(st.booleans()):
+        kw["window"] = (draw(st.integers(0, 60)), draw(st.sampled_from([None, 0, 5])))
+        kw["q_offset"] = draw(st.integers(0, 150))
+    if draw(st.booleans()):
+        kw["softcap"] = draw(st.floats(0.5, 30))
+    if draw(st.booleans()):
+        kw["alibi_slopes"] = rng.random(Hq)
+        kw["q_offset"] = kw["q_offset"] or draw(st.integers(0, 150))
+    if draw(st.booleans()):
+        kw["bias"] = rng.standard_normal((Hq, Sq, Sk)).astype(dtype)
+    if draw(st.booleans()):
+        kw["mask"] = rng.random((Sq, Sk)) > draw(st.floats(0, 0.9))
+    Q = rng.standard_normal((2, Hq, Sq, dk)).astype(dtype)
+    K = rng.standard_normal((2, Hkv, Sk, dk)).astype(dtype)
+    V = rng.standard_normal((2, Hkv, Sk, dv)).astype(dtype)
+    out, lse = backend.attention(Q, K, V, return_lse=True, **kw)
+    dout = rng.standard_normal(out.shape).astype(dtype)
+    got = backend.attention_backward(dout, Q, K, V, out, lse, **kw)
+    kw64 = dict(kw, **({"bias": kw["bias"].astype(np.float64)} if "bias" in kw else {}))
+    Q64, K64, V64, dout64 = f64(Q, K, V, dout)
+    r_out, r_lse = ref.attention(Q64, K64, V64, return_lse=True, **kw64)
+    assert_close(lse, r_lse.astype(dtype), dtype)
+    for g, e in zip(got, ref.attention_backward(dout64, Q64, K64, V64, r_out, r_lse, **kw64)):
+        assert_close(g, e.astype(dtype), dtype, table=TOL_GRAD)
