@@ -473,7 +473,7 @@ static void sa_layer_run_rows(int isa, const sa_layer *L, const sa_rows *R, int 
             }
         }
 #ifdef _OPENMP
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 1)  /* rows of unequal key counts: a static split left one thread waiting */
 #endif
         for (int64_t ru = 0; ru < m * h; ru++) {  /* each row's query heads over its own keys */
             const int64_t r = ru / h, u = ru % h, g = u / group;
