@@ -160,3 +160,20 @@ def test_the_train_and_complete_commands(tmp_path):
                            "--max-new-tokens", "8"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("the ") and len(done.stdout.rstrip("\n")) > len("the ")
+
+
+def test_the_commands_refuse_bad_input_with_a_message(tmp_path):
+    pytest.importorskip("tqdm", reason="pip install silkattn[train]")
+    short = tmp_path / "short.txt"
+    short.write_bytes(b"too short")
+    cases = [(["train", "--text", str(short), "--seq", "64", "--steps", "1", "--d", "16", "--heads", "2",
+               "--layers", "1", "--d-ff", "16", "--out", str(tmp_path / "o")], "fewer than seq"),
+             (["train", "--text", str(tmp_path / "missing.txt"), "--steps", "1"], "cannot read --text"),
+             (["train", "--text", str(short), "--steps", "0"], "--steps must be at least 1"),
+             (["train", "--text", str(short), "--d", "10", "--heads", "3"], "train:"),
+             (["complete", "--checkpoint", str(tmp_path / "nothing"), "hi"], "cannot read a checkpoint")]
+    for argv, message in cases:
+        done = subprocess.run([sys.executable, "-m", "silkattn", *argv], capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode != 0 and message in done.stderr, (argv, done.stderr[-500:])
+        assert "Traceback" not in done.stderr, done.stderr

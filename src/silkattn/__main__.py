@@ -140,7 +140,10 @@ def _complete_checkpoint(args):
         raise SystemExit("complete takes --model (a GGUF file) or --checkpoint (a trained byte model), "
                          "not both")
     with _threads(args.threads):
-        P, _, meta = training.load_checkpoint(args.checkpoint)
+        try:
+            P, _, meta = training.load_checkpoint(args.checkpoint)
+        except (OSError, ValueError, KeyError) as e:
+            raise SystemExit(f"complete: cannot read a checkpoint from {args.checkpoint}: {e}") from None
         prompt = np.frombuffer(args.text.encode(), np.uint8).astype(np.int64)
         if not len(prompt):
             raise SystemExit("complete needs a non-empty text to continue")
@@ -154,18 +157,30 @@ def _complete_checkpoint(args):
 def train(args):
     """Train a byte-level decoder of the seed's shape (by default) on a text, with a progress bar, a
     loss curve (loss.png) and atomic checkpoints in --out; --resume continues the last one."""
-    from tqdm import tqdm
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        raise SystemExit("train needs tqdm and matplotlib: pip install 'silkattn[train]'") from None
 
     from silkattn.models import train as training
     from silkattn.models.config import DecoderConfig
     if args.text:
-        with open(args.text, "rb") as f:
-            text = f.read()
+        try:
+            with open(args.text, "rb") as f:
+                text = f.read()
+        except OSError as e:
+            raise SystemExit(f"train: cannot read --text: {e}") from None
     else:  # the interpreter's own documentation: a corpus every machine has
         from pydoc_data import topics
         text = "\n\n".join(topics.topics.values()).encode()
-    config = DecoderConfig(vocab=256, d=args.d, h=args.heads, n_layers=args.layers, d_ff=args.d_ff,
-                           max_len=max(args.seq, 256))
+    for name in ("steps", "batch", "seq", "every"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"train: --{name} must be at least 1, got {getattr(args, name)}")
+    try:
+        config = DecoderConfig(vocab=256, d=args.d, h=args.heads, n_layers=args.layers, d_ff=args.d_ff,
+                               max_len=max(args.seq, 256))
+    except (TypeError, ValueError) as e:
+        raise SystemExit(f"train: {e}") from None
     bar = tqdm(total=args.steps, unit="step", dynamic_ncols=True)
     last = [time.perf_counter()]
 
@@ -177,11 +192,15 @@ def train(args):
         bar.update(1)
         last[0] = now
 
-    with _threads(args.threads):
-        losses = training.train_text(text, args.out, steps=args.steps, batch=args.batch, seq=args.seq,
-                                     config=config, lr=args.lr, seed=args.seed, resume=args.resume,
-                                     every=args.every, progress=progress)
-    bar.close()
+    try:
+        with _threads(args.threads):
+            losses = training.train_text(text, args.out, steps=args.steps, batch=args.batch, seq=args.seq,
+                                         config=config, lr=args.lr, seed=args.seed, resume=args.resume,
+                                         every=args.every, progress=progress)
+    except ValueError as e:  # a text shorter than a window, a checkpoint of another run, a bad lr
+        raise SystemExit(f"train: {e}") from None
+    finally:
+        bar.close()
     training.plot_losses(losses, os.path.join(args.out, "loss.png"))
     head = float(np.mean(losses[:10])) if losses else float("nan")
     tail = float(np.mean(losses[-10:])) if losses else float("nan")
