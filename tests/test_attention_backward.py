@@ -30,6 +30,7 @@ CASES = {
     "alibi scale": ((1, 4, 40, 8), (1, 4, 40, 8), 8, dict(alibi_slopes=ALIBI, causal=True, scale=0.3)),
     "bias and mask": ((2, 2, 40, 8), (2, 2, 60, 8), 8, dict(bias=(2, 2, 40, 60), mask=(40, 60))),
     "broadcast batch": ((3, 2, 33, 16), (1, 2, 70, 16), 16, dict(mask=(3, 1, 33, 70))),
+    "broadcast queries": ((1, 2, 33, 16), (3, 2, 70, 16), 8, dict(causal=True, q_offset=37)),
     "decode row": ((2, 4, 1, 64), (2, 2, 300, 64), 64, dict(causal=True, q_offset=299)),
     "no lead dims": ((20, 8), (30, 8), 8, dict(window=(4, None))),
 }

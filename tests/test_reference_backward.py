@@ -71,6 +71,18 @@ def test_attention(rng, name):
         close(analytic, x, lambda: (R * ref.attention(Q, K, V, **kw)).sum())
 
 
+def test_attention_broadcast_operands(rng):
+    """Q shared by a batch of K/V (and K/V shared by a batch of queries): each gradient has its
+    operand's shape, the batch's sum."""
+    for qs, ks in (((1, 2, 4, 3), (3, 2, 5, 3)), ((3, 2, 4, 3), (1, 2, 5, 3)), ((4, 3), (2, 2, 5, 3))):
+        Q, K, V = rng.standard_normal(qs), rng.standard_normal(ks), rng.standard_normal(ks)
+        out, lse = ref.attention(Q, K, V, return_lse=True, causal=True, q_offset=1)
+        R = rng.standard_normal(out.shape)
+        grads = ref.attention_backward(R, Q, K, V, out, lse, causal=True, q_offset=1)
+        for analytic, x in zip(grads, (Q, K, V)):
+            close(analytic, x, lambda: (R * ref.attention(Q, K, V, causal=True, q_offset=1)).sum())
+
+
 def test_lse_is_the_log_of_the_scores_exponentials(rng):
     Q, K, V = rng.standard_normal((3, 5, 4)), rng.standard_normal((3, 6, 4)), rng.standard_normal((3, 6, 4))
     lse = ref.attention(Q, K, V, return_lse=True)[1]

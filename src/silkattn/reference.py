@@ -612,14 +612,18 @@ def attention_backward(dout, Q, K, V, out, lse, mask=None, *, scale=None, softca
     if softcap is not None:
         dS = dS * (1 - np.tanh(s0 / dt.type(softcap)) ** 2)
     dK, dV = scale * np.swapaxes(dS, -1, -2) @ Q, np.swapaxes(P, -1, -2) @ dout
-    return scale * dS @ Kh, _heads_back(dK, K, Q), _heads_back(dV, V, Q)
+    return _unbroadcast(scale * dS @ Kh, Q.shape), _heads_back(dK, K, Q), _heads_back(dV, V, Q)
 
 
 def _heads_back(dKh, K, Q):  # the gradient of kv_heads(Q, K) (..., Hq, Sk, d) -> K's shape
     if Q.ndim >= 3 and K.ndim >= 3 and K.shape[-3] not in (1, Q.shape[-3]):
         dKh = dKh.reshape(dKh.shape[:-3] + (K.shape[-3], -1) + dKh.shape[-2:]).sum(-3)
-    dKh = dKh.sum(tuple(range(dKh.ndim - K.ndim)))  # leading axes K was broadcast over
-    return dKh.sum(tuple(i for i, n in enumerate(K.shape) if n == 1 and dKh.shape[i] != 1), keepdims=True)
+    return _unbroadcast(dKh, K.shape)
+
+
+def _unbroadcast(d, shape):  # the gradient of broadcasting an operand of `shape` to d's shape
+    d = d.sum(tuple(range(d.ndim - len(shape))))  # leading axes it was broadcast over
+    return d.sum(tuple(i for i, n in enumerate(shape) if n == 1 and d.shape[i] != 1), keepdims=True)
 
 
 def layer_norm_backward(dY, X, g, eps=LN_EPS):  # -> (dX, dg, db)
