@@ -9,10 +9,15 @@
   attention  attention_backward (1, 8, 2048, 64) causal against torch's CPU flash-attention backward
              (autograd.grad through scaled_dot_product_attention); both gradients compared
 
-Each worker times --repeats runs after a warm-up (medians), and reports its RSS before the first
-step (the model and the optimizer made, no step run) and the peak RSS from there on (the kernel's
-VmHWM, reset at that point): what a step adds is their difference. numpy's sgemm is timed in
-silkattn's process, on as many threads, as the physical rate the products are quoted against.
+Contenders: silkattn (its default backend), the NumPy reference (silkattn's numpy backend: every
+backward op the reference's; 2 runs at most) and torch. silkattn's answer is checked against the
+reference's before any figure is printed (the first loss; the gradients within TOL_GRAD).
+
+Each worker times --repeats runs after a warm-up (medians, and CPU time over wall time), and reports
+its RSS before the first step (the model and the optimizer made, no step run) and the peak RSS from
+there on (the kernel's VmHWM, reset at that point): what a step adds is their difference. numpy's
+sgemm is timed in silkattn's process, on as many threads, as the physical rate the products are
+quoted against.
 
     python bench/train_step.py [--threads 1,2] [--repeats 5] [--python PY] [--case step,attention]
 
@@ -60,13 +65,18 @@ def _peak_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _median_times(fn, repeats):
+def _median_times(fn, repeats, out=None):
+    """(median wall seconds, the runs) of fn after a warm-up; out["cpu_per_wall"]: the median of each
+    run's process CPU time over its wall time (about 1 on one busy core, about 2 on two)."""
     fn()  # warm-up (compilation, first-touch of the optimizer state)
-    times = []
+    times, cpu = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         fn()
         times.append(time.perf_counter() - start)
+        cpu.append((time.process_time() - start_cpu) / times[-1])
+    if out is not None:
+        out["cpu_per_wall"] = float(np.median(cpu))
     return float(np.median(times)), [round(t, 4) for t in times]
 
 
@@ -80,10 +90,14 @@ def step_flops():
     return 2 * (3 * linear + (2 + 5) * attention)
 
 
-def worker_silkattn(case, data, threads, repeats):
+def worker_silkattn(case, data, threads, repeats, backend=None):
+    """silkattn's default backend, or backend "numpy": the NumPy reference behind the same checks
+    (every backward op then runs silkattn.reference's)."""
     import silkattn
     from silkattn.models import train
     from silkattn.models.config import DecoderConfig
+    if backend:
+        silkattn.set_backend(backend)
     silkattn.set_num_threads(threads)
     out = {"backend": silkattn.get_backend()}
     z = np.load(data)
@@ -101,7 +115,7 @@ def worker_silkattn(case, data, threads, repeats):
             train.clip_grad_norm(grads, 1.0)
             opt.step(grads)
             losses.append(loss)
-        out["median_s"], out["times"] = _median_times(step, repeats)
+        out["median_s"], out["times"] = _median_times(step, repeats, out)
         out["first_loss"] = float(losses[0])
     else:
         Q, K, V, dO = (z[n] for n in ("q", "k", "v", "do"))
@@ -110,9 +124,9 @@ def worker_silkattn(case, data, threads, repeats):
         out["forward_s"] = _median_times(lambda: silkattn.attention(Q, K, V, causal=True, return_lse=True),
                                          repeats)[0]
         out["median_s"], out["times"] = _median_times(
-            lambda: silkattn.attention_backward(dO, Q, K, V, out_, lse, causal=True), repeats)
+            lambda: silkattn.attention_backward(dO, Q, K, V, out_, lse, causal=True), repeats, out)
         grads = silkattn.attention_backward(dO, Q, K, V, out_, lse, causal=True)
-        np.savez(data + ".silkattn.npz", *grads)
+        np.savez(data + f".{backend or 'silkattn'}.npz", *grads)
     out["peak_mb"] = _peak_mb()  # before the sgemm's arrays
     from silkattn import _blas
     from silkattn._bench.worker import gemm_rate
@@ -162,7 +176,7 @@ def worker_torch(case, data, threads, repeats):
             opt.step()
             opt.zero_grad(set_to_none=True)
             losses.append(float(loss))
-        out["median_s"], out["times"] = _median_times(step, repeats)
+        out["median_s"], out["times"] = _median_times(step, repeats, out)
         out["first_loss"] = losses[0]
     else:
         q, k, v = (torch.tensor(z[n], requires_grad=True) for n in ("q", "k", "v"))
@@ -173,7 +187,7 @@ def worker_torch(case, data, threads, repeats):
             out["forward_s"] = _median_times(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
                                              repeats)[0]
         out["median_s"], out["times"] = _median_times(
-            lambda: torch.autograd.grad(o, (q, k, v), do, retain_graph=True), repeats)
+            lambda: torch.autograd.grad(o, (q, k, v), do, retain_graph=True), repeats, out)
         grads = torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
         np.savez(data + ".torch.npz", *[g.numpy() for g in grads])
     out["peak_mb"] = _peak_mb()
@@ -218,8 +232,12 @@ def main():
     ap.add_argument("--data")
     args = ap.parse_args()
     if args.worker:
-        fn = worker_silkattn if args.worker == "silkattn" else worker_torch
-        print(json.dumps(fn(args.case, args.data, int(args.threads), args.repeats)))
+        if args.worker == "torch":
+            result = worker_torch(args.case, args.data, int(args.threads), args.repeats)
+        else:
+            result = worker_silkattn(args.case, args.data, int(args.threads), args.repeats,
+                                     "numpy" if args.worker == "reference" else None)
+        print(json.dumps(result))
         return
     from silkattn._bench import cpu_line
     print(cpu_line())
@@ -228,30 +246,40 @@ def main():
             data = write_inputs(case, folder)
             for threads in (int(t) for t in args.threads.split(",")):
                 ours = run(sys.executable, "silkattn", case, data, threads, args.repeats)
+                reference = run(sys.executable, "reference", case, data, threads, min(args.repeats, 2))
                 rival = run(args.python, "torch", case, data, threads, args.repeats)
-                report(case, threads, ours, rival, data)
+                report(case, threads, ours, reference, rival, data)
 
 
-def report(case, threads, ours, rival, data):
+def report(case, threads, ours, reference, rival, data):
+    """The contenders' rows and ratios; silkattn's answer checked against the NumPy reference's
+    (the first step's loss, or the gradients within silkattn._testing.TOL_GRAD): a fast wrong
+    answer stops the run."""
+    from silkattn._testing import TOL_GRAD
     ratio = ours["median_s"] / rival["median_s"]
     what = ("step: loss, grads, clip, AdamW (N=6 d=512 h=8 d_ff=2048, 8 x 256 bytes)" if case == "step"
             else f"attention_backward {ATTN} causal")
     print(f"\n{what}, {threads} thread(s)")
-    for name, r in (("silkattn", ours), (f"torch {rival['torch']}", rival)):
+    for name, r in (("silkattn", ours), ("numpy reference", reference), (f"torch {rival['torch']}", rival)):
         extra = (f", first loss {r['first_loss']:.6f}" if case == "step"
                  else f", forward {r['forward_s'] * 1e3:.1f} ms")
-        print(f"  {name:18s} median {r['median_s'] * 1e3:8.1f} ms  runs {r['times']}{extra}; peak RSS "
-              f"{r['peak_mb']:.0f} MB, {r['peak_mb'] - r['rss_before_mb']:.0f} MB over its RSS before the "
-              "first step")
+        print(f"  {name:18s} median {r['median_s'] * 1e3:8.1f} ms  runs {r['times']}{extra}; CPU/wall "
+              f"{r['cpu_per_wall']:.2f}; peak RSS {r['peak_mb']:.0f} MB, "
+              f"{r['peak_mb'] - r['rss_before_mb']:.0f} MB over its RSS before the first step")
     if case == "step":
+        if abs(ours["first_loss"] - reference["first_loss"]) > 1e-5 * abs(reference["first_loss"]):
+            raise SystemExit(f"silkattn's first loss {ours['first_loss']} is not the reference's "
+                             f"{reference['first_loss']}")
         rate = step_flops() / ours["median_s"] / 1e9
     else:
         B, H, S, dh = ATTN
         rate = 5 * 2 * B * H * S * S / 2 * dh / ours["median_s"] / 1e9
-        g = np.load(data + ".silkattn.npz")
-        t = np.load(data + ".torch.npz")
+        g, r, t = (np.load(f"{data}.{who}.npz") for who in ("silkattn", "numpy", "torch"))
+        for k in g.files:
+            np.testing.assert_allclose(g[k], r[k], **TOL_GRAD[g[k].dtype])  # against the reference
         diff = max(float(np.abs(g[k] - t[k]).max()) for k in g.files)
-        print(f"  max |silkattn - torch| over dQ, dK, dV: {diff:.2e}")
+        print(f"  dQ, dK, dV within TOL_GRAD of the reference's; max |silkattn - torch| {diff:.2e}")
+    print(f"  silkattn / reference = {ours['median_s'] / reference['median_s']:.3f}")
     print(f"  silkattn / torch = {ratio:.3f}; silkattn's products {rate:.0f} GFLOP/s = "
           f"{rate / ours['sgemm_gflops']:.0%} of numpy's sgemm ({ours['sgemm_gflops']:.0f} GFLOP/s on as "
           "many threads, same run)")

@@ -56,8 +56,10 @@ def _block_forward(X, p):
     Wq, Wk, Wv, Wo = p["attn"]
     W1, b1, W2, b2 = p["ffn"]
     H1 = ops.layer_norm(X, *p["ln1"])
-    # Q | K | V in one product (one pass over H1, a 3x wider GEMM), each split into its heads
-    Q, K, V = _split_heads(ops.linear(H1, np.concatenate([Wq, Wk, Wv], axis=1)), h, 3)
+    # Q | K | V in one product (one pass over H1, a 3x wider GEMM), each split into its heads; the
+    # joined weight kept for the backward's products
+    Wqkv = np.concatenate([Wq, Wk, Wv], axis=1)
+    Q, K, V = _split_heads(ops.linear(H1, Wqkv), h, 3)
     A, lse = ops.attention(Q, K, V, causal=True, return_lse=True)
     Oc = _merge_heads(A[None])
     X2 = X + ops.linear(Oc, Wo)
@@ -65,14 +67,14 @@ def _block_forward(X, p):
     R = ops.linear(H2, W1)
     ops.bias_relu(R, b1, out=R)  # max(H2 W1 + b1, 0), kept: R > 0 is where ReLU passed its gradient
     out = X2 + ops.linear(R, W2, b2)
-    return out, (X, H1, Q, K, V, A, lse, Oc, X2, H2, R)
+    return out, (X, H1, Wqkv, Q, K, V, A, lse, Oc, X2, H2, R)
 
 
 def _block_backward(dX, p, saved):
     """dX through one block (the gradient of its output): the gradient of its input, and its
     parameters' gradients in p's layout."""
-    X, H1, Q, K, V, A, lse, Oc, X2, H2, R = saved
-    Wq, Wk, Wv, Wo = p["attn"]
+    X, H1, Wqkv, Q, K, V, A, lse, Oc, X2, H2, R = saved
+    Wo = p["attn"][3]
     W1, b1, W2, b2 = p["ffn"]
     dR, dW2, db2 = ops.linear_backward(dX, R, W2)
     np.multiply(dR, R > 0, out=dR)
@@ -82,8 +84,7 @@ def _block_backward(dX, p, saved):
     dX2 = dX + dX2n
     dOc, dWo, _ = ops.linear_backward(dX2, Oc, Wo)
     dQ, dK, dV = ops.attention_backward(_split_heads(dOc, p["h"], 1)[0], Q, K, V, A, lse, causal=True)
-    dH1, dWqkv, _ = ops.linear_backward(_merge_heads(np.stack([dQ, dK, dV])), H1,
-                                        np.concatenate([Wq, Wk, Wv], axis=1))
+    dH1, dWqkv, _ = ops.linear_backward(_merge_heads(np.stack([dQ, dK, dV])), H1, Wqkv)
     d = X.shape[-1]
     dW = [np.ascontiguousarray(dWqkv[:, i * d:(i + 1) * d]) for i in range(3)]
     dXn, dg1, dbeta1 = ops.layer_norm_backward(dH1, X, p["ln1"][0])
