@@ -472,15 +472,20 @@ static void sa_layer_run_rows(int isa, const sa_layer *L, const sa_rows *R, int 
                 for (int64_t j = 0; j < dh; j++) row[j] = head[j];
             }
         }
+        /* each row's query heads over its own keys, a task a row's K/V head: the group's query heads
+         * one after another on one thread, so that the head's keys and values come from memory once
+         * (the pool is far larger than the caches; tasks of single query heads read them group
+         * times). Rows of unequal key counts: a static split left one thread waiting. */
 #ifdef _OPENMP
-#pragma omp for schedule(dynamic, 1)  /* rows of unequal key counts: a static split left one thread waiting */
+#pragma omp for schedule(dynamic, 1)
 #endif
-        for (int64_t ru = 0; ru < m * h; ru++) {  /* each row's query heads over its own keys */
-            const int64_t r = ru / h, u = ru % h, g = u / group;
+        for (int64_t rg = 0; rg < m * hkv; rg++) {
+            const int64_t r = rg / hkv, g = rg % hkv;
             const int64_t first = R->at[4 * r + 3] + g * L->head_stride + R->at[4 * r + 1] * L->row_stride;
-            SA_PICK(sa_decode_head_f32, isa)(R->qkv + r * nq + u * dh, R->K + first, R->V + first, L->row_stride,
-                                             R->at[4 * r + 2], dh, L->scale, NULL, R->scores + ru * L->ld_scores,
-                                             R->a + r * h * dh + u * dh);
+            for (int64_t u = g * group; u < (g + 1) * group; u++)
+                SA_PICK(sa_decode_head_f32, isa)(R->qkv + r * nq + u * dh, R->K + first, R->V + first,
+                                                 L->row_stride, R->at[4 * r + 2], dh, L->scale, NULL,
+                                                 R->scores + (r * h + u) * L->ld_scores, R->a + r * h * dh + u * dh);
         }
         sa_rows_product(isa, L, R, &L->o, 1, R->a, R->y, d);
         sa_rows_residual(isa, L, R, L->post1);

@@ -28,6 +28,13 @@ static void SA_FN(sa_decode_head)(const SA_T *q, const SA_T *K, const SA_T *V, i
     VEC tops = SA_FN(splat)(-INFINITY);
     int64_t t = 0;
     for (; t < nv; t += SA_VL) {
+        /* the next keys' rows and these keys' values asked for ahead: a lone stream of rows keeps few
+         * lines in flight, and the cache of a batch's rows comes from memory */
+        for (int u = 0; u < SA_VL; u++)
+            for (int64_t c = 0; c < dh; c += 64 / SA_TBYTES) {
+                if (t + SA_VL + u < n) __builtin_prefetch(K + (t + SA_VL + u) * ldk + c, 0, 3);
+                __builtin_prefetch(V + (t + u) * ldk + c, 0, 3);
+            }
         VEC v = SA_FN(dots)(q, K + t * ldk, ldk, dh) * scale;
         if (keep)
             for (int u = 0; u < SA_VL; u++) v[u] = keep[t + u] ? v[u] : (SA_T)-1e9;
