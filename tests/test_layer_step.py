@@ -190,6 +190,27 @@ def test_layer_step_rows_refuses_what_it_cannot_run(rng):
             K, V, [0])
 
 
+def test_layer_step_rows_checks_again_what_changed_since_the_last_call(rng):
+    """What layer_step_rows derives from its rows is kept for the next call (every layer of a batch's
+    step passes the same ones), by value: rows changed in place, a smaller pool or X moved into the
+    pool are seen, and the caller's arrays are left writeable."""
+    record, shape, d = CASES["llama Q8_0"](rng)
+    K, V = (rng.standard_normal((3,) + shape).astype(np.float32) for _ in range(2))
+    step = silkattn.ops.layer_step_record(cache=(K[0], V[0]), **record)
+    X = rng.standard_normal((2, d)).astype(np.float32)
+    positions, pages = np.array([1, 2]), np.array([0, 2])
+    silkattn.ops.layer_step_rows(step, X.copy(), positions, K, V, pages)
+    positions[1], pages[:] = 4, [2, 1]  # in place: the same arrays, other rows
+    got = silkattn.ops.layer_step_rows(step, X.copy(), positions, K.copy(), V.copy(), pages)
+    fresh = silkattn.ops.layer_step_rows(step, X.copy(), np.array([1, 4]), K.copy(), V.copy(), np.array([2, 1]))
+    assert np.array_equal(got, fresh)
+    assert positions.flags.writeable and pages.flags.writeable
+    with pytest.raises(ValueError, match="pages must name"):
+        silkattn.ops.layer_step_rows(step, X.copy(), positions, K[:2], V[:2], pages)
+    with pytest.raises(ValueError, match="overlap"):
+        silkattn.ops.layer_step_rows(step, K.reshape(-1)[:2 * d].reshape(2, d), positions, K, V, pages)
+
+
 def test_a_block_product_with_a_bias_and_the_residual_is_refused(rng):
     record, shape, _ = llama_layer(rng, "Q8_0", "float32")
     record["o"] = (record["o"], np.zeros(64, np.float32))

@@ -1542,29 +1542,51 @@ def layer_step_rows(kernels, step, X, positions, K_pages, V_pages, pages):
                              f"{getattr(a, 'shape', type(a).__name__)}")
     if K_pages.shape != V_pages.shape:
         raise ValueError(f"V_pages must have K_pages' shape {K_pages.shape}, got {V_pages.shape}")
-    m = len(X)
-    positions, pages = (_index_rows(a, name, m) for a, name in ((positions, "positions"), (pages, "pages")))
-    if m and (positions.min() < 0 or positions.max() >= step.positions):
-        raise ValueError(f"positions must lie in 0 .. {step.positions - 1} (the record's), got {positions}")
-    if m and (pages.min() < 0 or pages.max() >= len(K_pages)):
-        raise ValueError(f"pages must name pages of the pools' {len(K_pages)}, got {pages}")
-    if len(np.unique(pages)) != m:
-        raise ValueError(f"pages must be distinct (each row a sequence over a cache of its own), got {pages}")
-    if any(np.may_share_memory(X, a) for a in (K_pages, V_pages, *step.scratch.arrays)):
-        raise ValueError("X must not overlap the pools or the step's scratch")
+    positions, pages, at, cos, sin = _rows_of(step, positions, pages, len(X), len(K_pages))
+    # X's range against the pools' and scratch's, checked once while the same arrays come back
+    seen = (_address(X), X.nbytes, _address(K_pages), _address(V_pages), K_pages.nbytes)
+    if step.prepared.get("rows_x") != seen:
+        if any(np.may_share_memory(X, a) for a in (K_pages, V_pages, *step.scratch.arrays)):
+            raise ValueError("X must not overlap the pools or the step's scratch")
+        step.prepared["rows_x"] = seen
     if kernels.layer_step_rows is None:
         _layer_step_rows_ops(kernels, step, X, positions, K_pages, V_pages, pages)
         return X
-    page_at = pages * (step.h_kv * step.capacity * step.dh)  # elements to each row's page
-    at = np.concatenate([step.keys_rows(positions), page_at[:, None]], 1)
-    rope = step.cos.size != 0
-    cos, sin = (t[positions] if rope else _NO_ROWS for t in (step.cos, step.sin))
     kernels.layer_step_rows(step, X, at, K_pages.reshape(-1), V_pages.reshape(-1), cos, sin,
                             threads_for(step.work, LINEAR_WORK))
     return X
 
 
 _NO_ROWS = np.zeros((0, 1), np.float32)
+_ROWS = {}  # _rows_of's last results: every layer of a batch's step passes the same rows
+
+
+def _rows_of(step, positions, pages, m, n_pages):  # -> positions, pages, at (m, 4), cos, sin
+    """layer_step_rows' checked rows and what the kernel reads of them: at[r] = the cache row of
+    positions[r], the first row its query sees, the rows seen, and its page's first element; cos,
+    sin: its rotary rows. Kept by value for the record's geometry, read-only."""
+    positions, pages = (_index_rows(a, name, m) for a, name in ((positions, "positions"), (pages, "pages")))
+    key = (positions.tobytes(), pages.tobytes(), n_pages, step.positions, step.ring, step.window,
+           step.capacity, step.h_kv, step.dh, id(step.cos), id(step.sin))
+    hit = _ROWS.get(key)
+    if hit is not None and hit[0] is step.cos and hit[1] is step.sin:
+        return hit[2:]
+    if m and (positions.min() < 0 or positions.max() >= step.positions):
+        raise ValueError(f"positions must lie in 0 .. {step.positions - 1} (the record's), got {positions}")
+    if m and (pages.min() < 0 or pages.max() >= n_pages):
+        raise ValueError(f"pages must name pages of the pools' {n_pages}, got {pages}")
+    if len(np.unique(pages)) != m:
+        raise ValueError(f"pages must be distinct (each row a sequence over a cache of its own), got {pages}")
+    page_at = pages * (step.h_kv * step.capacity * step.dh)  # elements to each row's page
+    at = np.concatenate([step.keys_rows(positions), page_at[:, None]], 1)
+    rope = step.cos.size != 0
+    rows = (positions.copy(), pages.copy(), at, *(t[positions] if rope else _NO_ROWS for t in (step.cos, step.sin)))
+    for a in rows:  # shared by the calls that hit
+        a.flags.writeable = False
+    if len(_ROWS) >= 16:
+        _ROWS.clear()
+    _ROWS[key] = (step.cos, step.sin, *rows)
+    return rows
 
 
 def _index_rows(a, name, m):  # -> int64 (m,): one integer a row

@@ -240,9 +240,10 @@ def next_token(logits, temperature=0.0, top_k=None, rng=None, top_p=None):  # lo
     """Greedy (argmax) at temperature 0; else a draw from softmax(logits / temperature) over the
     top_k largest logits (all if None), then over the fewest most likely of those whose probabilities
     sum to top_p or more (all if None), computed in float64."""
-    logits = np.asarray(logits, np.float64)
-    if temperature == 0:
-        return int(np.argmax(logits))
+    logits = np.asarray(logits)
+    if temperature == 0:  # float32's argmax is its float64 values' (each converts exactly)
+        return int(np.argmax(logits if logits.dtype in (np.float32, np.float64) else logits.astype(np.float64)))
+    logits = logits.astype(np.float64)
     keep = np.argsort(-logits, kind="stable")[: top_k or len(logits)]
     p = softmax(logits[keep] / temperature)
     if top_p is not None:  # the nucleus: the smallest prefix whose mass reaches top_p
