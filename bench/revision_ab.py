@@ -221,6 +221,20 @@ def _llama_steps(pkg, activations, positions):
     return np.stack(out)
 
 
+def _llama_batch(pkg, activations, steps):
+    """SmolLM2 decoding 8 sequences together (models.batch: the fused step of rows) for `steps`
+    steps after their prompts: the pool of keys and values every layer wrote, and the tokens."""
+    model = _memo(pkg, ("smollm2", activations), lambda: importlib.import_module(
+        f"{pkg.__name__}.models.llama").load(activations=activations))
+    runner = importlib.import_module(f"{pkg.__name__}.models.batch").Batch(model, 8, cache_tokens=8 * 256)
+    runner.pool.data[...] = 0  # the rows no sequence writes compare equal
+    seqs = [runner.submit(np.arange(1, 5 + 3 * i) * (37 + i) % model.config.vocab, steps, ignore_eos=True)
+            for i in range(8)]
+    while not runner.idle:
+        runner.step()
+    return np.concatenate([runner.pool.data.ravel(), np.concatenate([seq.new for seq in seqs])])
+
+
 def _decoder_steps(pkg, steps):
     """The listing's decoder (N = 6, d = 512): greedy new tokens after a 32-token prompt, written
     by the fused block step, and the logits of the last one (models.generate's path)."""
@@ -244,6 +258,8 @@ def model_cases():
             for act in ("float32", "int8"):
                 cases.append((f"SmolLM2 {act} 8 decode steps", be,
                               lambda p, act=act: _llama_steps(p, act, 8)))
+                cases.append((f"SmolLM2 {act} 8 sequences x 24 steps, rows", be,
+                              lambda p, act=act: _llama_batch(p, act, 24)))
         cases.append(("decoder N=6 d=512 12 greedy steps", be, lambda p: _decoder_steps(p, 12)))
     return cases
 
