@@ -202,7 +202,8 @@ def test_layer_step_rows_checks_again_what_changed_since_the_last_call(rng):
     silkattn.ops.layer_step_rows(step, X.copy(), positions, K, V, pages)
     positions[1], pages[:] = 4, [2, 1]  # in place: the same arrays, other rows
     got = silkattn.ops.layer_step_rows(step, X.copy(), positions, K.copy(), V.copy(), pages)
-    fresh = silkattn.ops.layer_step_rows(step, X.copy(), np.array([1, 4]), K.copy(), V.copy(), np.array([2, 1]))
+    fresh = silkattn.ops.layer_step_rows(step, X.copy(), np.array([1, 4]), K.copy(), V.copy(),
+                                         np.array([2, 1]))
     assert np.array_equal(got, fresh)
     assert positions.flags.writeable and pages.flags.writeable
     with pytest.raises(ValueError, match="pages must name"):

@@ -1580,7 +1580,8 @@ def _rows_of(step, positions, pages, m, n_pages):  # -> positions, pages, at (m,
     page_at = pages * (step.h_kv * step.capacity * step.dh)  # elements to each row's page
     at = np.concatenate([step.keys_rows(positions), page_at[:, None]], 1)
     rope = step.cos.size != 0
-    rows = (positions.copy(), pages.copy(), at, *(t[positions] if rope else _NO_ROWS for t in (step.cos, step.sin)))
+    cos, sin = (t[positions] if rope else _NO_ROWS for t in (step.cos, step.sin))
+    rows = (positions.copy(), pages.copy(), at, cos, sin)
     for a in rows:  # shared by the calls that hit
         a.flags.writeable = False
     if len(_ROWS) >= 16:

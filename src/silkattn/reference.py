@@ -242,7 +242,8 @@ def next_token(logits, temperature=0.0, top_k=None, rng=None, top_p=None):  # lo
     sum to top_p or more (all if None), computed in float64."""
     logits = np.asarray(logits)
     if temperature == 0:  # float32's argmax is its float64 values' (each converts exactly)
-        return int(np.argmax(logits if logits.dtype in (np.float32, np.float64) else logits.astype(np.float64)))
+        exact = logits.dtype in (np.float32, np.float64)
+        return int(np.argmax(logits if exact else logits.astype(np.float64)))
     logits = logits.astype(np.float64)
     keep = np.argsort(-logits, kind="stable")[: top_k or len(logits)]
     p = softmax(logits[keep] / temperature)
