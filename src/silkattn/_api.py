@@ -1558,19 +1558,22 @@ def layer_step_rows(kernels, step, X, positions, K_pages, V_pages, pages):
 
 
 _NO_ROWS = np.zeros((0, 1), np.float32)
-_ROWS = {}  # _rows_of's last results: every layer of a batch's step passes the same rows
 
 
 def _rows_of(step, positions, pages, m, n_pages):  # -> positions, pages, at (m, 4), cos, sin
     """layer_step_rows' checked rows and what the kernel reads of them: at[r] = the cache row of
     positions[r], the first row its query sees, the rows seen, and its page's first element; cos,
-    sin: its rotary rows. Kept by value for the record's geometry, read-only."""
+    sin: its rotary rows. Kept by value (silkattn._cache) for the record's geometry, read-only:
+    every layer of a batch's step passes the same rows."""
     positions, pages = (_index_rows(a, name, m) for a, name in ((positions, "positions"), (pages, "pages")))
-    key = (positions.tobytes(), pages.tobytes(), n_pages, step.positions, step.ring, step.window,
-           step.capacity, step.h_kv, step.dh, id(step.cos), id(step.sin))
-    hit = _ROWS.get(key)
-    if hit is not None and hit[0] is step.cos and hit[1] is step.sin:
-        return hit[2:]
+    key = ("layer_step_rows", positions.tobytes(), pages.tobytes(), n_pages, step.positions, step.ring,
+           step.window, step.capacity, step.h_kv, step.dh, step.cos.shape)
+    tables, rows = _cache.get(key, lambda: _make_rows(step, positions, pages, m, n_pages))
+    return rows if tables[0] is step.cos and tables[1] is step.sin else _make_rows(step, positions, pages, m,
+                                                                                 n_pages)[1]
+
+
+def _make_rows(step, positions, pages, m, n_pages):
     if m and (positions.min() < 0 or positions.max() >= step.positions):
         raise ValueError(f"positions must lie in 0 .. {step.positions - 1} (the record's), got {positions}")
     if m and (pages.min() < 0 or pages.max() >= n_pages):
@@ -1584,10 +1587,7 @@ def _rows_of(step, positions, pages, m, n_pages):  # -> positions, pages, at (m,
     rows = (positions.copy(), pages.copy(), at, cos, sin)
     for a in rows:  # shared by the calls that hit
         a.flags.writeable = False
-    if len(_ROWS) >= 16:
-        _ROWS.clear()
-    _ROWS[key] = (step.cos, step.sin, *rows)
-    return rows
+    return (step.cos, step.sin), rows
 
 
 def _index_rows(a, name, m):  # -> int64 (m,): one integer a row
