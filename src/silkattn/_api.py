@@ -1563,17 +1563,17 @@ _NO_ROWS = np.zeros((0, 1), np.float32)
 def _rows_of(step, positions, pages, m, n_pages):  # -> positions, pages, at (m, 4), cos, sin
     """layer_step_rows' checked rows and what the kernel reads of them: at[r] = the cache row of
     positions[r], the first row its query sees, the rows seen, and its page's first element; cos,
-    sin: its rotary rows. Kept by value (silkattn._cache) for the record's geometry, read-only:
-    every layer of a batch's step passes the same rows."""
+    sin: its rotary rows. The checks and at are kept by value (silkattn._cache, read-only): every
+    layer of a batch's step passes the same rows."""
     positions, pages = (_index_rows(a, name, m) for a, name in ((positions, "positions"), (pages, "pages")))
     key = ("layer_step_rows", positions.tobytes(), pages.tobytes(), n_pages, step.positions, step.ring,
-           step.window, step.capacity, step.h_kv, step.dh, step.cos.shape)
-    tables, rows = _cache.get(key, lambda: _make_rows(step, positions, pages, m, n_pages))
-    return rows if tables[0] is step.cos and tables[1] is step.sin else _make_rows(step, positions, pages, m,
-                                                                                 n_pages)[1]
+           step.window, step.capacity, step.h_kv, step.dh)
+    positions, pages, at = _cache.get(key, lambda: _checked_rows(step, positions, pages, m, n_pages))
+    rope = step.cos.size != 0
+    return (positions, pages, at, *(t[positions] if rope else _NO_ROWS for t in (step.cos, step.sin)))
 
 
-def _make_rows(step, positions, pages, m, n_pages):
+def _checked_rows(step, positions, pages, m, n_pages):  # -> positions, pages, at: read-only copies
     if m and (positions.min() < 0 or positions.max() >= step.positions):
         raise ValueError(f"positions must lie in 0 .. {step.positions - 1} (the record's), got {positions}")
     if m and (pages.min() < 0 or pages.max() >= n_pages):
@@ -1581,13 +1581,10 @@ def _make_rows(step, positions, pages, m, n_pages):
     if len(np.unique(pages)) != m:
         raise ValueError(f"pages must be distinct (each row a sequence over a cache of its own), got {pages}")
     page_at = pages * (step.h_kv * step.capacity * step.dh)  # elements to each row's page
-    at = np.concatenate([step.keys_rows(positions), page_at[:, None]], 1)
-    rope = step.cos.size != 0
-    cos, sin = (t[positions] if rope else _NO_ROWS for t in (step.cos, step.sin))
-    rows = (positions.copy(), pages.copy(), at, cos, sin)
+    rows = (positions.copy(), pages.copy(), np.concatenate([step.keys_rows(positions), page_at[:, None]], 1))
     for a in rows:  # shared by the calls that hit
         a.flags.writeable = False
-    return (step.cos, step.sin), rows
+    return rows
 
 
 def _index_rows(a, name, m):  # -> int64 (m,): one integer a row
