@@ -54,7 +54,7 @@ class KVPool:
             if not pages:
                 raise ValueError(f"nbytes={nbytes} holds no page: one takes {page_bytes} bytes "
                                  f"({page_keys} positions of {c.n_layers} layers)")
-        self.data = _aligned.empty((c.n_layers, 2, pages, c.h_kv, page_keys, c.d_head), np.float32)
+        self.data = _aligned.pages((c.n_layers, 2, pages, c.h_kv, page_keys, c.d_head), np.float32)
         self._free = list(range(pages - 1, -1, -1))  # a stack: the most recently freed page first
         self.reserved = 0  # pages promised to running sequences and not yet taken
 
