@@ -125,6 +125,7 @@ cdef class _Layer:
     cdef const float *cos0
     cdef const float *sin0
     cdef Py_ssize_t half, kmax, nmax
+    cdef Py_ssize_t nq, nu, cache, capacity, rows_floats  # layer_step_rows' sizes: a row's Q | K | V, gate | up, cache
 
     def __cinit__(self, step):
         cdef sa_layer *L = &self.L
@@ -158,6 +159,11 @@ cdef class _Layer:
         # output (the threads' partial results)
         self.kmax = max([P.k for P in step.products if P.kind != SA_DENSE] + [1])
         self.nmax = max([P.n for P in step.products if P.kind == SA_DENSE] + [1])
+        self.nq, self.nu = sum(P.n for P in step.qkv), sum(P.n for P in step.up)
+        self.cache, self.capacity = step.h_kv * step.head_stride, step.capacity
+        # a row's float32 scratch in layer_step_rows: Q | K | V, attention, norm (or d_ff), gate | up, y, scores
+        self.rows_floats = (self.nq + step.h * step.dh + max(step.d, step.d_ff) + self.nu + step.d
+                            + step.h * S.scores.shape[1])
 
 
 cdef int _run(sa_layer *L, Py_ssize_t kmax, Py_ssize_t nmax, int num_threads) except -1:
@@ -212,23 +218,22 @@ def layer_step_rows(step, float[:, ::1] x, const int64_t[:, ::1] at, float[::1] 
     cdef sa_layer L = p.L
     cdef sa_rows R
     cdef Py_ssize_t m = x.shape[0], r, nbp = (p.kmax // 32 + SA_QCH - 1) // SA_QCH * SA_QCH
-    cdef Py_ssize_t nq = sum(P.n for P in step.qkv), nu = sum(P.n for P in step.up), cache = step.h_kv * step.head_stride
-    if x.shape[1] != step.d or at.shape[0] != m or at.shape[1] != 4 or K.shape[0] != V.shape[0]:
+    cdef Py_ssize_t nq = p.nq, nu = p.nu, cache = p.cache, capacity = p.capacity
+    if x.shape[1] != L.d or at.shape[0] != m or at.shape[1] != 4 or K.shape[0] != V.shape[0]:
         raise ValueError("layer_step_rows: x, at or the pools do not fit the record")
     for r in range(m):
-        if not (0 <= at[r, 0] < step.capacity and 0 <= at[r, 1] and 0 < at[r, 2] and at[r, 1] + at[r, 2] <= step.capacity
+        if not (0 <= at[r, 0] < capacity and 0 <= at[r, 1] and 0 < at[r, 2] and at[r, 1] + at[r, 2] <= capacity
                 and 0 <= at[r, 3] and at[r, 3] + cache <= K.shape[0]):
             raise ValueError(f"layer_step_rows: row {r}'s cache rows or pool offset are out of range")
     if cos.shape[0] and (cos.shape[0] != m or sin.shape[0] != m or cos.shape[1] != p.half or sin.shape[1] != p.half):
         raise ValueError("layer_step_rows: cos and sin must be (rows, dh / 2)")
     if m == 0:
         return
-    cdef Py_ssize_t hdh = step.h * step.dh, d = step.d, wide = max(step.d, step.d_ff)
-    cdef Py_ssize_t scores = step.h * step.scratch.scores.shape[1]
+    cdef Py_ssize_t hdh = L.h * L.dh, d = L.d, wide = max(L.d, L.down.k)
     # the rows' buffers, kept with the records' shared scratch (one model's layers run one at a time)
     work = step.scratch.__dict__.get("_rows_work")
-    if work is None or len(work) < m * (nq + hdh + wide + nu + d + scores):
-        work = np.empty(m * (nq + hdh + wide + nu + d + scores), np.float32)
+    if work is None or len(work) < m * p.rows_floats:
+        work = np.empty(m * p.rows_floats, np.float32)
         object.__setattr__(step.scratch, "_rows_work", work)
     cdef float[::1] w = work
     R.m, R.x, R.K, R.V, R.at = m, &x[0, 0], &K[0], &V[0], &at[0, 0]
