@@ -154,6 +154,100 @@ def test_pool_sizes_and_zero_new_tokens(files):
     assert model.generate_batch([], 5) == []
 
 
+def test_one_page_and_the_default_pages(files):
+    """By default each sequence gets one page: generate_batch's pages hold the longest sequence,
+    a Batch's with the default pool min(context, POSITIONS) positions (max_batch of them)."""
+    assert [batch.one_page(n) for n in (1, 100, 256, 257, 4096, 4097)] == [1, 100, 256, 512, 4096, 4352]
+    for bad in (0, -3, 2.5, "7"):
+        with pytest.raises((ValueError, TypeError), match="positions"):
+            batch.one_page(bad)
+    model = llama.load(files["llama-Q4_1"])
+    runner = batch.Batch(model, max_batch=3)
+    assert runner.pool.page_keys == batch.one_page(min(model.config.context_length, batch.POSITIONS)) == 96
+    assert runner.pool.pages == 3
+    assert batch.Batch(model, max_batch=3, cache_tokens=512).pool.page_keys == batch.PAGE_KEYS
+    assert batch.Batch(model, max_batch=3, page_keys=8).pool.pages == 36  # 3 x 96 positions in pages of 8
+
+
+@pytest.mark.parametrize("activations", ["float32", "int8"])
+def test_default_pages_take_the_fused_step_of_rows(files, activations, on_backend):
+    """generate_batch's default pages hold each sequence whole, so its steps are the fused step of
+    rows: token for token what generate gives each alone, with int8 activations too on the cython
+    and numpy backends (the paged step's int8 tokens may part from them, and numba's int8 step of
+    rows sums in another order than its one-row step: test_batch_of_int8_activations_follows_the_model)."""
+    model = llama.load(files["llama-Q4_1"], activations=activations)
+    new = [20, 7, 33, 1, 12, 25]
+    alone = [model.generate(p, n, ignore_eos=True) for p, n in zip(PROMPTS, new)]
+    rows, paged = [], []
+    step_rows, run_batch = model._step_rows, model._run_batch
+    model._step_rows = lambda *a: (rows.append(len(a[1])), step_rows(*a))[1]
+    model._run_batch = lambda *a: (paged.append(1), run_batch(*a))[1]
+    together = model.generate_batch(PROMPTS, new, ignore_eos=True, max_batch=4)
+    assert max(rows) == 4 and not paged
+    if activations == "float32" or on_backend != "numba":
+        assert together == alone
+
+
+def test_generate_batch_lets_its_pool_go_at_once(files, on_backend, monkeypatch):
+    """The fused step's records over the pool's pages (each with its backends' forms, which refer
+    back to it) are dropped when generate_batch returns: its pool's memory goes then, not at the
+    garbage collector's next pass over cycles (two calls in a row held two pools). A first call
+    before: with the numba backend a process's first call's pool stays referenced (once, from the
+    kernels' first calls; not chased), the later ones go."""
+    import gc
+    import weakref
+    model = llama.load(files["llama-Q4_1"])
+    model.generate_batch(PROMPTS, 9, ignore_eos=True, max_batch=4)
+    memory, make = [], batch.KVPool.__init__
+
+    def init(self, *args, **kw):
+        make(self, *args, **kw)
+        memory.append(weakref.ref(self.data.base))  # the array that owns the pool's buffer
+
+    monkeypatch.setattr(batch.KVPool, "__init__", init)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        model.generate_batch(PROMPTS, 9, ignore_eos=True, max_batch=4)
+        assert len(memory) == 1 and memory[0]() is None
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _mapping(address):  # -> {field: value} of the mapping holding address in /proc/self/smaps, or None
+    lines = open("/proc/self/smaps").read().splitlines()
+    for i, line in enumerate(lines):
+        span = line.split(" ", 1)[0].split("-")
+        if len(span) == 2 and all(v and set(v) <= set("0123456789abcdef") for v in span):
+            if int(span[0], 16) <= address < int(span[1], 16):
+                fields = {}
+                for entry in lines[i + 1:]:
+                    name, sep, value = entry.partition(":")
+                    if not sep or " " in name:
+                        break
+                    fields[name] = value.strip()
+                return fields
+    return None
+
+
+def test_the_pool_takes_memory_as_it_is_written(files):
+    """The pool is a mapping of its own (page-aligned, writable) that is not backed by huge pages:
+    of a pool of 32768 positions (16 MB here) one written position takes one 4 KB page (Linux: smaps'
+    Rss of the mapping; THPeligible 0 where reported), not 2 MB."""
+    model = llama.load(files["llama-Q4_1"])
+    pool = batch.KVPool(model.config, tokens=32768, page_keys=256)
+    assert pool.data.flags.writeable and pool.data.ctypes.data % 4096 == 0 and pool.nbytes > 4 << 20
+    pool.data[0, 0, 0, 0, 0] = 1.0
+    try:
+        fields = _mapping(pool.data.ctypes.data)
+    except OSError:
+        pytest.skip("no /proc/self/smaps on this system")
+    assert fields is not None, "the pool's mapping is not in /proc/self/smaps"
+    assert fields.get("THPeligible", "0") == "0"
+    assert int(fields["Rss"].split()[0]) <= 64  # kB
+
+
 @pytest.mark.parametrize("kw, error, match", [
     ({"max_new_tokens": [1, 2, 3]}, ValueError, "max_new_tokens must be one value or one per prompt"),
     ({"seed": [1]}, ValueError, "seed must be one value or one per prompt"),

@@ -35,6 +35,16 @@ PREFILL_ROWS = 2048  # the joining prompts' rows prefilled in one pass at most (
 POSITIONS = 4096  # a sequence's positions in the default pool: max_batch x min(context, POSITIONS)
 
 
+def one_page(positions):
+    """The page size (a valid page_keys) that holds `positions` in one page: positions up to
+    PAGE_KEYS, else rounded up to a multiple of it. A sequence in one page takes the fused step
+    (the layout of its own cache): the paged step is about half as fast, and with int8 activations
+    its attention, summed in another order than generate's, can part from generate's greedy
+    tokens after some tens of tokens."""
+    positions = check.count(positions, "positions")
+    return positions if positions <= PAGE_KEYS else -(-positions // PAGE_KEYS) * PAGE_KEYS
+
+
 class KVPool:
     """Pages of keys and values for every layer of `config`'s model: as many as `tokens` positions
     need (or `nbytes` hold), page_keys positions each. Pages are taken and given back by index."""
@@ -124,12 +134,18 @@ class Batch:
     """The scheduler of continuous batching for one model (see the module doc): submit() sequences,
     step() until idle. cache_tokens or cache_bytes sizes the pool (default: max_batch sequences of
     min(context, POSITIONS) positions: a Llama 3 context of 131072 for 16 sequences would be 137 GB
-    of the 1B model's keys and values); page_keys: positions a page."""
+    of the 1B model's keys and values); page_keys: positions a page (default: with the default
+    pool, one_page(min(context, POSITIONS)), a page a sequence, so that every sequence of up to
+    that many positions takes the fused step; with a pool of a given size, PAGE_KEYS). Only the
+    positions written take memory (_aligned.pages), whatever the pages' size."""
 
-    def __init__(self, model, max_batch=16, *, cache_tokens=None, cache_bytes=None, page_keys=PAGE_KEYS):
+    def __init__(self, model, max_batch=16, *, cache_tokens=None, cache_bytes=None, page_keys=None):
         self.model, self.max_batch = model, check.count(max_batch, "max_batch")
+        longest = min(model.config.context_length, POSITIONS)
         if cache_tokens is None and cache_bytes is None:
-            cache_tokens = self.max_batch * min(model.config.context_length, POSITIONS)
+            page_keys = one_page(longest) if page_keys is None else page_keys
+            cache_tokens = self.max_batch * max(longest, page_keys)  # max_batch pages of one_page(longest)
+        page_keys = PAGE_KEYS if page_keys is None else page_keys
         self.pool = KVPool(model.config, cache_tokens, cache_bytes, page_keys)
         self.waiting, self.running = [], []
         self._steps = {}  # page -> the fused step's records over it (_lone)
@@ -239,6 +255,16 @@ class Batch:
     def _one_page(self, seqs):
         return self.model._fused and all(len(seq.pages) == 1 and len(seq.ids) + seq.max_new_tokens
                                          <= self.pool.page_keys for seq in seqs)
+
+    def close(self):
+        """Lets the pool's memory go now rather than at the next collection of cycles: the fused
+        step's records over its pages are dropped, each with its backends' forms of it (which refer
+        back to it: a cycle that held the pool until the garbage collector ran, so that a second
+        generate_batch made its pool while the first's was still held)."""
+        for steps in self._steps.values():
+            for step in steps or ():
+                step.prepared.clear()
+        self._steps.clear()
 
     def _records(self, page):  # -> the fused step's records over the page, made once a page and kept
         steps = self._steps.get(page)

@@ -353,7 +353,7 @@ class Llama:
 
     def generate_batch(self, prompts, max_new_tokens, *, temperature=0.0, top_k=None, top_p=None, seed=None,
                        ignore_eos=False, max_batch=16, cache_tokens=None, cache_bytes=None,
-                       page_keys=batch.PAGE_KEYS):  # -> [list[int]], the new ids of each prompt
+                       page_keys=None):  # -> [list[int]], the new ids of each prompt
         """generate() for many prompts (lists of token ids) at once: the live sequences advance
         together, one pass over the weights a step, each at its own position over its own pages of
         one KV cache pool (models.batch); sequences that end leave and waiting ones join between steps
@@ -361,7 +361,9 @@ class Llama:
         is one value for all or a list of one per prompt; each sequence samples with its own seed,
         so its tokens are those generate(prompt, ...) gives. The pool holds cache_tokens positions
         (or cache_bytes; default: what the max_batch longest sequences, prompt and new tokens, take
-        together, so none waits for pages) in pages of page_keys.
+        together, so none waits for pages) in pages of page_keys (default: with the default pool,
+        batch.one_page of the longest sequence, so that each sequence takes one page and the fused
+        step runs; with a pool of a given size, batch.PAGE_KEYS).
         self.stats: the batch's steps, prompt and new tokens, prefill and decode seconds."""
         prompts = list(prompts)
         settings = {"max_new_tokens": max_new_tokens, "temperature": temperature, "top_k": top_k,
@@ -374,19 +376,27 @@ class Llama:
             else:
                 settings[name] = [value] * len(prompts)
         if cache_tokens is None and cache_bytes is None and prompts:
-            P, most = check.count(page_keys, "page_keys"), check.count(max_batch, "max_batch")
+            most = check.count(max_batch, "max_batch")
             try:
-                need = sorted(-(-(len(p) + int(n)) // P) * P
-                              for p, n in zip(prompts, settings["max_new_tokens"]))
+                lengths = [len(p) + int(n) for p, n in zip(prompts, settings["max_new_tokens"])]
             except (TypeError, ValueError):  # a bad prompt or length: Batch.submit names it
-                need = [P * most]
+                lengths = [1] * most
+            if page_keys is None:
+                page_keys = batch.one_page(max(lengths + [1]))
+            P = check.count(page_keys, "page_keys")
+            need = sorted(-(-n // P) * P for n in lengths)
             cache_tokens = max(P, sum(need[-most:]))
+        if page_keys is None:
+            page_keys = batch.PAGE_KEYS
         runner = batch.Batch(self, max_batch, cache_tokens=cache_tokens, cache_bytes=cache_bytes,
                              page_keys=page_keys)
-        seqs = [runner.submit(p, **{name: values[i] for name, values in settings.items()})
-                for i, p in enumerate(prompts)]
-        while not runner.idle:
-            runner.step()
+        try:
+            seqs = [runner.submit(p, **{name: values[i] for name, values in settings.items()})
+                    for i, p in enumerate(prompts)]
+            while not runner.idle:
+                runner.step()
+        finally:
+            runner.close()
         self.stats = dict(runner.stats, sequences=len(seqs))
         return [list(seq.new) for seq in seqs]
 
