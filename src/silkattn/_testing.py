@@ -33,9 +33,13 @@ TOL_Q8 = {
 # Gradients (the backward ops): each is a sum over a whole axis of the forward (dK and dV over every
 # query of a key, dQ over every key of a query, a norm's dg over every row), rounded in the
 # kernel's order, so their float32 error grows with those lengths: a few 1e-6 absolute over the
-# tests' hundreds of terms of order 1, above TOL's 1e-5 when the sums reach tens.
+# tests' hundreds of terms of order 1, above TOL's 1e-5 when the sums reach tens. The attention's
+# weights are also recomputed from the forward's float32 lse: scores in the tens or hundreds (ALiBi
+# past a q_offset of 150, softcap 30) carry their last bit (1e-6 to 1.5e-5) into every weight, and
+# a dV or dK of 140 queries that cancels to near zero kept up to 7.3e-5 of that (the worst of 1400
+# random geometries of tests/test_attention_backward.py's; a CI run drew one at 6.1e-5): 2e-4.
 TOL_GRAD = {
-    np.dtype(np.float32): dict(rtol=2e-4, atol=5e-5),
+    np.dtype(np.float32): dict(rtol=2e-4, atol=2e-4),
     np.dtype(np.float64): dict(rtol=1e-9, atol=1e-10),
 }
 
