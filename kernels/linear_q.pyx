@@ -68,23 +68,27 @@ cdef Py_ssize_t DEQUANTIZE_ROWS = 8
 # Outputs per task: a multiple of the rows of W a pass converts together (4), small enough that two
 # threads share a 192-row projection evenly.
 cdef Py_ssize_t ROWS_PER_TASK = 16
+assert SA_QROWS == 8  # the rows of x a row kernel takes: the q8 loops' literal step (prange needs one)
 
 
 def linear_q(const float[:, ::1] x, const uint8_t[:, ::1] blocks, int kind, const float[::1] b,
              float[:, ::1] out, bint has_bias, bint q8, int num_threads):
-    """out = x W (+ b) for W = dequantize(blocks, KINDS[kind])^T: x (m, k), 1 <= m <= 8; blocks (n, k /
-    32 * block bytes); out (m, n); b (n,) if has_bias. With q8, x is reference.round_q8(x) and the
-    products are integer ones. The threads share W's rows (the outputs), ROWS_PER_TASK a task; what
-    x's blocks need first (their sums, or with q8 their 8-bit q, scales and sums) is made once."""
-    cdef Py_ssize_t m = x.shape[0], k = x.shape[1], n = blocks.shape[0], ldw = blocks.shape[1], t
+    """out = x W (+ b) for W = dequantize(blocks, KINDS[kind])^T: x (m, k), 1 <= m <= 8 (with q8 any
+    m >= 1: a task's rows of W against 8 rows of x at a time, so that W is read once and each row's
+    sums are those of a call of its 8); blocks (n, k / 32 * block bytes); out (m, n); b (n,) if
+    has_bias. With q8, x is reference.round_q8(x) and the products are integer ones. The threads
+    share W's rows (the outputs), ROWS_PER_TASK a task; what x's blocks need first (their sums, or
+    with q8 their 8-bit q, scales and sums) is made once."""
+    cdef Py_ssize_t m = x.shape[0], k = x.shape[1], n = blocks.shape[0], ldw = blocks.shape[1], t, r
     cdef Py_ssize_t ntasks = (n + ROWS_PER_TASK - 1) // ROWS_PER_TASK
-    cdef Py_ssize_t nxs = m * ((k // 32 + SA_QCH - 1) // SA_QCH * SA_QCH)  # x's block sums, rows padded
+    cdef Py_ssize_t nbp = (k // 32 + SA_QCH - 1) // SA_QCH * SA_QCH  # a row's block sums, padded
+    cdef Py_ssize_t nxs = m * nbp
     cdef float *xs = NULL
     cdef float *xd = NULL
     cdef int8_t *xq = NULL
     cdef const float *bias = NULL
     # what keeps the C kernel within its arrays (the caller, silkattn._api, has checked them)
-    if not 0 <= kind < len(ROW_KINDS) or not 1 <= m <= SA_QROWS or k <= 0 or k % 32 or n <= 0:
+    if not 0 <= kind < len(ROW_KINDS) or not 1 <= m <= (m if q8 else SA_QROWS) or k <= 0 or k % 32 or n <= 0:
         raise ValueError(f"linear_q: kind {kind}, x of shape ({m}, {k}) or {n} rows of W out of range")
     if ldw != k // 32 * SA_QBYTES(kind) or out.shape[0] != m or out.shape[1] != n:
         raise ValueError(f"linear_q: blocks ({n}, {ldw}) and out ({out.shape[0]}, {out.shape[1]}) do not fit "
@@ -110,8 +114,10 @@ def linear_q(const float[:, ::1] x, const uint8_t[:, ::1] blocks, int kind, cons
             memset(xd, 0, nxs * sizeof(float))
             sa_quantize_q8_f32(ISA, &x[0, 0], k, m, xq, xd, xs)
             for t in prange(ntasks, num_threads=num_threads, schedule="static"):
-                sa_linear_q8_rows_f32(ISA, kind, xq, xd, xs, k, m, &blocks[0, 0], ldw, n, bias, t * ROWS_PER_TASK,
-                                      min(n, (t + 1) * ROWS_PER_TASK), &out[0, 0], n)
+                for r in range(0, m, 8):  # 8 = SA_QROWS; the task's rows of W stay in L1 for each 8 rows of x
+                    sa_linear_q8_rows_f32(ISA, kind, xq + r * k, xd + r * nbp, xs + r * nbp, k, min(8, m - r),
+                                          &blocks[0, 0], ldw, n, bias, t * ROWS_PER_TASK,
+                                          min(n, (t + 1) * ROWS_PER_TASK), &out[0, 0] + r * n, n)
         else:
             if xs != NULL:
                 sa_linear_q_xsum_f32(ISA, &x[0, 0], k, m, xs)
@@ -126,14 +132,16 @@ def linear_q(const float[:, ::1] x, const uint8_t[:, ::1] blocks, int kind, cons
 def linear_qx(const float[:, ::1] x, const uint8_t[:, ::1] blocks, int kind, const float[::1] b,
               float[:, ::1] out, bint has_bias, bint q8, int num_threads):
     """out = x W (+ b) for W = dequantize(blocks, KINDS[kind])^T, kind one of the types after
-    ROW_KINDS (Q5_0 .. Q6_K), float32 x (m, k), 1 <= m <= 8: each block decoded once in registers
-    for all the rows of x. With q8, x is reference.round_q8(x, Q8_BLOCK) and the products integer
-    ones: Q5_0 and Q5_1's 32 weights a run as unsigned bytes against x's blocks of 32; the K-quants'
-    against x's blocks of 256 (llama.cpp's Q8_K: tmpl_q8k.h), their q sums per 16 in xs's bytes.
-    The threads share W's rows, ROWS_PER_TASK a task."""
-    cdef Py_ssize_t m = x.shape[0], k = x.shape[1], n = blocks.shape[0], ldw = blocks.shape[1], t
+    ROW_KINDS (Q5_0 .. Q6_K), float32 x (m, k), 1 <= m <= 8 (with q8 any m >= 1, 8 rows at a time
+    against a task's rows of W, as linear_q): each block decoded once in registers for all the rows
+    of x. With q8, x is reference.round_q8(x, Q8_BLOCK) and the products integer ones: Q5_0 and
+    Q5_1's 32 weights a run as unsigned bytes against x's blocks of 32; the K-quants' against x's
+    blocks of 256 (llama.cpp's Q8_K: tmpl_q8k.h), their q sums per 16 in xs's bytes. The threads
+    share W's rows, ROWS_PER_TASK a task."""
+    cdef Py_ssize_t m = x.shape[0], k = x.shape[1], n = blocks.shape[0], ldw = blocks.shape[1], t, r
     cdef Py_ssize_t ntasks = (n + ROWS_PER_TASK - 1) // ROWS_PER_TASK
-    cdef Py_ssize_t nxs = m * ((k // 32 + SA_QCH - 1) // SA_QCH * SA_QCH)
+    cdef Py_ssize_t nbp = (k // 32 + SA_QCH - 1) // SA_QCH * SA_QCH
+    cdef Py_ssize_t nxs = m * nbp
     cdef const float *bias = NULL
     cdef float *xs = NULL
     cdef float *xd = NULL
@@ -141,7 +149,7 @@ def linear_qx(const float[:, ::1] x, const uint8_t[:, ::1] blocks, int kind, con
     # what keeps the C kernel within its arrays (the caller, silkattn._api, has checked them); the
     # layouts of pack_rows16 only with q8, their rows whole groups
     rows16 = kind in ROWS16_CODES and q8 and n % 16 == 0 and _fits(ROWS16_CODES[kind], k, ldw)
-    if not (rows16 or len(ROW_KINDS) <= kind < len(KINDS) and _fits(kind, k, ldw)) or not 1 <= m <= SA_QROWS \
+    if not (rows16 or len(ROW_KINDS) <= kind < len(KINDS) and _fits(kind, k, ldw)) or not 1 <= m <= (m if q8 else SA_QROWS) \
             or n <= 0:
         raise ValueError(f"linear_qx: kind {kind}, x of shape ({m}, {k}) or {n} rows of W out of range")
     if out.shape[0] != m or out.shape[1] != n:
@@ -167,13 +175,17 @@ def linear_qx(const float[:, ::1] x, const uint8_t[:, ::1] blocks, int kind, con
             if SA_KQUANT(kind):  # xs holds the m k / 16 int16 sums (m nxs floats >= m k / 8 bytes)
                 sa_quantize_q8k_f32(ISA, &x[0, 0], k, m, xq, xd, <int16_t *>xs)
                 for t in prange(ntasks, num_threads=num_threads, schedule="static"):
-                    sa_linear_q8k_rows_f32(ISA, kind, xq, xd, <const int16_t *>xs, k, m, &blocks[0, 0], ldw, bias,
-                                           t * ROWS_PER_TASK, min(n, (t + 1) * ROWS_PER_TASK), &out[0, 0], n)
+                    for r in range(0, m, 8):  # xs: each row's k / 16 int16 sums
+                        sa_linear_q8k_rows_f32(ISA, kind, xq + r * k, xd + r * nbp, <const int16_t *>xs + r * (k // 16),
+                                               k, min(8, m - r), &blocks[0, 0], ldw, bias, t * ROWS_PER_TASK,
+                                               min(n, (t + 1) * ROWS_PER_TASK), &out[0, 0] + r * n, n)
             else:
                 sa_quantize_q8_f32(ISA, &x[0, 0], k, m, xq, xd, xs)
                 for t in prange(ntasks, num_threads=num_threads, schedule="static"):
-                    sa_linear_q8x_rows_f32(ISA, kind, xq, xd, xs, k, m, &blocks[0, 0], ldw, bias, t * ROWS_PER_TASK,
-                                           min(n, (t + 1) * ROWS_PER_TASK), &out[0, 0], n)
+                    for r in range(0, m, 8):
+                        sa_linear_q8x_rows_f32(ISA, kind, xq + r * k, xd + r * nbp, xs + r * nbp, k, min(8, m - r),
+                                               &blocks[0, 0], ldw, bias, t * ROWS_PER_TASK,
+                                               min(n, (t + 1) * ROWS_PER_TASK), &out[0, 0] + r * n, n)
         else:
             for t in prange(ntasks, num_threads=num_threads, schedule="static"):
                 sa_linear_qx_rows_f32(ISA, kind, &x[0, 0], k, m, &blocks[0, 0], ldw, bias, t * ROWS_PER_TASK,

@@ -26,6 +26,23 @@ def test_varlen_matches_per_sequence_attention(any_backend, threads, rng, length
     assert_close(out, ref.attention_varlen(*f64(Q, K, V), cu, causal), dtype)
 
 
+
+@pytest.mark.parametrize("window", [None, (3, -1)])
+def test_each_sequence_is_attention_alone_to_the_bit(any_backend, rng, window):
+    """GQA (3 query heads a K/V head): sequences of 1 to 5 rows, whose K/V heads alone have at most
+    _plan.ROWS_MAX query rows (the rows path), packed beside longer ones (the tiles path): each gets
+    bit for bit what attention gives it alone, so a batch's packed prefill writes the keys and
+    values that generate's prefill of each prompt writes."""
+    lengths = [1, 2, 3, 4, 5, 6, 9, 33, 5, 70]
+    cu = np.concatenate([[0], np.cumsum(lengths)])
+    total = int(cu[-1])
+    Q = rng.standard_normal((9, total, 32)).astype(np.float32)
+    K, V = (rng.standard_normal((3, total, 32)).astype(np.float32) for _ in range(2))
+    out = any_backend.attention_varlen(Q, K, V, cu, causal=True, window=window)
+    for s, e in zip(cu[:-1], cu[1:]):
+        alone = any_backend.attention(Q[:, s:e], K[:, s:e], V[:, s:e], causal=True, window=window)
+        assert np.array_equal(out[:, s:e], alone)
+
 def test_varlen_refuses_bad_offsets(any_backend):
     Q = np.ones((2, 10, 8), np.float32)
     with pytest.raises(ValueError, match="cu_seqlens must run from 0 to the 10 packed rows"):

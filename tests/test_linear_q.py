@@ -11,7 +11,7 @@ import pytest
 
 import silkattn
 from silkattn import reference as ref
-from silkattn._api import FEW_ROWS, LINEAR_ROWS
+from silkattn._api import FEW_ROWS, LINEAR_ROWS, Q8_ROWS
 from silkattn.quant import KINDS, ROW_KINDS, ROWS16, QuantizedMatrix
 
 from conftest import f64
@@ -290,6 +290,35 @@ def test_the_kernel_runs_for_a_few_float32_rows_only(backend, rng):
     _api.linear(kernels, rng.standard_normal((1, 64)), W)
     assert len(seen) == 2
 
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_int8_rows_of_a_batch_are_each_row_alone(backend, rng, kind):
+    """int8 activations: up to Q8_ROWS rows take the few-row kernels in one call (8 rows of x at a
+    time against each task's rows of W, read once), so each row's product is bit for bit that of its
+    8 in a call of their own, and where a row's sums do not depend on the rows beside it (the
+    AVX-512 copy, numba) that of the row alone: a batch's decoding step of up to Q8_ROWS sequences
+    gives each one a lone step's logits. One row more takes the integer GEMM (cython, VNNI) or the
+    float GEMM path, not the few-row kernels."""
+    import dataclasses
+
+    from silkattn import _api
+    k = 2 * ref.QUANT_BLOCKS[kind][0]
+    W = QuantizedMatrix(kind, any_blocks(rng, kind, 48, k), "int8")
+    X = rng.standard_normal((Q8_ROWS + 1, k)).astype(np.float32)
+    K, calls = backend.KERNELS, []
+    spies = {name: (lambda f: lambda x, *a: (calls.append(len(x)), f(x, *a))[1])(getattr(K, name))
+             for name in ("linear_q", "linear_qx")}
+    kernels = dataclasses.replace(K, **spies)
+    Y = _api.linear(kernels, X[:Q8_ROWS], W)
+    assert calls == [Q8_ROWS]
+    for r in range(0, Q8_ROWS, 8):
+        assert np.array_equal(Y[r:r + 8], backend.linear(X[r:r + 8], W))
+    if K.name == "numba" or K.isa == "avx512":
+        assert all(np.array_equal(Y[r:r + 1], backend.linear(X[r:r + 1], W)) for r in range(Q8_ROWS))
+    del calls[:]
+    _api.linear(kernels, X, W)
+    assert calls == []
 
 HALVES_SCRIPT = """
 import numba

@@ -219,6 +219,13 @@ LINEAR_ROWS = 8  # up to this many rows of X the kernel runs (a matrix-vector pr
 # Q6_K) ran 8 rows as two calls of 4 in 0.65x one call's time, 16 rows in 0.54x the GEMM's.
 FEW_ROWS = 32
 QX_ROWS = 4
+# int8 rows (W.activations "int8"): up to Q8_ROWS rows take the few-row kernels in one call (8 rows
+# of x at a time against each task's rows of W, so W is read once), more the integer GEMM. A row's
+# sums are then those of the row alone (the AVX-512 copy, numba), so a batch's step of up to
+# Q8_ROWS sequences gives each the logits of its own step; the GEMM's differ in the last bits for
+# Q8_0, Q4_0 and others. Zen 4, 2 threads: 16 rows in the few-row kernels took 0.94x the GEMM's
+# time for SmolLM2's Q8_0 head (49152 x 576), 0.97-1.02x for its Q4_1 matrices; 24 rows 1.03-1.24x.
+Q8_ROWS = 16
 
 
 def _product_shape(X, W, x_name, w_name):
@@ -299,12 +306,12 @@ def linear_q(kernels, X, W, b, out):
     out = check_out(out, X.shape[:-1] + (n,), dtype, [X, W.blocks])
     rows = X.size // k if k else 0
     rowed = W.kind in quant.ROW_KINDS  # else every product is the GEMM path's, a few rows too
-    # int8 rows past LINEAR_ROWS: the integer GEMM
-    few = dtype == np.float32 and 0 < rows <= (LINEAR_ROWS if W.q8 else FEW_ROWS) and n
+    # int8 rows past Q8_ROWS: the integer GEMM
+    few = dtype == np.float32 and 0 < rows <= (Q8_ROWS if W.q8 else FEW_ROWS) and n
     if few and (kernels.linear_q if rowed else kernels.linear_qx) is not None:
         blocks, code = (W.blocks, W.code) if rowed and not W.q8 else _row_blocks(kernels, W)
         kernel = kernels.linear_q if code == W.code and rowed else kernels.linear_qx  # a layout: linear_qx
-        step = LINEAR_ROWS if rowed or W.q8 else QX_ROWS
+        step = rows if W.q8 else LINEAR_ROWS if rowed else QX_ROWS
         x, y, bias = _rows(X), out.reshape(-1, n), _NO_BIAS[dtype] if b is None else b
         for i in range(0, rows, step):
             kernel(x[i:i + step], blocks, code, bias, y[i:i + step], b is not None, W.q8,
@@ -874,9 +881,15 @@ def attention_varlen(kernels, Q, K, V, cu_seqlens, *, causal=False, cu_seqlens_k
     items["sq"], items["sk"], items["pos"] = nq[s], nk[s], nk[s] - nq[s]
     items["unit"] = items["unit"] * n + s
     _, unit = np.unique(items["unit"], return_inverse=True)
-    items["unit"] = unit.reshape(-1)
-    kernels.attention(*_finish(kernels, parts, items, int(unit.max()) + 1, out, Q.shape[-1], V.shape[-1],
-                               scale, softcap, causal, window, slopes is not None))
+    unit = unit.reshape(-1)
+    # each sequence as attention gives it alone (bitwise): the units of few rows (the rows path,
+    # _plan.takes_rows) and the others (the tiles path) in a call each where the sequences mix them
+    few = (np.bincount(unit, weights=items["sq"]) <= _plan_mod.ROWS_MAX)[unit]
+    for pick in (few, ~few) if few.any() and not few.all() else (slice(None),):
+        part, (_, u) = items[pick], np.unique(unit[pick], return_inverse=True)
+        part["unit"] = u.reshape(-1)
+        kernels.attention(*_finish(kernels, parts, part, int(u.max()) + 1, out, Q.shape[-1], V.shape[-1],
+                                   scale, softcap, causal, window, slopes is not None))
     return out
 
 

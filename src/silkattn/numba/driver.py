@@ -236,23 +236,26 @@ def linear_q(x, blocks, kind, b, out, has_bias, q8, num_threads):
 
 def linear_qx(x, blocks, kind, b, out, has_bias, q8, num_threads):
     """The kernel contract's linear_qx (see linear_q.linear_qx_rows): the kinds after ROW_KINDS,
-    float32 x of 1 to 8 rows; its inputs read-only (one compiled signature). q8: x's rows rounded
-    to 8 bits a block first (reference.round_q8, the K-quants' blocks of 256), then the same float
-    products (Numba reaches no integer dot-product instruction)."""
+    float32 x of 1 to 8 rows (q8: any number, 8 a call); its inputs read-only (one compiled
+    signature). q8: x's rows rounded to 8 bits a block first (reference.round_q8, the K-quants'
+    blocks of 256), then the same float products (Numba reaches no integer dot-product instruction)."""
     if not _linear_q.ROW_KINDS <= int(kind) < len(_linear_q.BLOCK_BYTES):
         raise ValueError(f"linear_qx: kind {kind} is not one of the kinds after the row kernels'")
     m, k = x.shape
     n, ldw = blocks.shape
     weights = _linear_q.BLOCK_WEIGHTS[int(kind)]
-    if not 1 <= m <= 8 or k % weights or ldw != k // weights * _linear_q.BLOCK_BYTES[int(kind)] \
-            or out.shape != (m, n) or (has_bias and b.shape[0] != n):
+    fits = ldw == k // weights * _linear_q.BLOCK_BYTES[int(kind)]
+    if not 1 <= m <= (m if q8 else 8) or k % weights or not fits or out.shape != (m, n) \
+            or (has_bias and b.shape[0] != n):
         raise ValueError(f"linear_qx: x {x.shape}, blocks {blocks.shape}, out {out.shape} do not fit "
                          f"kind {kind}")
     if q8:
         from .. import reference
         x = np.ascontiguousarray(reference.round_q8(x, _linear_q.BLOCK_WEIGHTS[int(kind)]), np.float32)
-    _linear_q.linear_qx_rows(_read_only(x), _read_only(np.asarray(blocks)), int(kind), _read_only(b),
-                             bool(has_bias), out, _use_threads(num_threads))
+    blocks = _read_only(np.asarray(blocks))
+    for r in range(0, m, 8):  # the kernel's rows a call (q8: any m, as the C kernel takes them)
+        _linear_q.linear_qx_rows(_read_only(x[r:r + 8]), blocks, int(kind), _read_only(b), bool(has_bias),
+                                 out[r:r + 8], _use_threads(num_threads))
 
 
 def gemm(x, w, out, transposed, sgemm, ilp64, num_threads):
