@@ -86,6 +86,47 @@ def test_batch_of_int8_activations_follows_the_model(files, on_backend):
         assert len(s.new) == 12 and np.abs(np.array(logits[s]) - expected).max() < 0.1
 
 
+
+def _lone_logits(model, ids, new):  # -> each step's logits as generate(ids) writes `new`
+    cache = model.cache(len(ids) + len(new))
+    steps = model.layer_steps(cache)
+    logits = [model._run(np.array(ids), cache, 0)[-1]]
+    for pos, token in enumerate(new[:-1], len(ids)):
+        logits.append(model._run(np.array([token]), cache, pos, steps=steps)[-1])
+    return logits
+
+
+def test_int8_batches_give_generate_s_logits_to_the_bit(files):
+    """cython, int8 activations, Q4_1 (its few-row kernels and integer GEMM sum alike): 12 prompts of
+    2 to 30 tokens (more rows than a few-row call's 8), default pages: every step's logits of every
+    sequence, bit for bit, those generate's own prefill and steps give it: the packed prefill's
+    attention split by path (ops.attention_varlen), its last layer on each prompt's last row alone,
+    the output head of up to Q8_ROWS rows in the few-row kernels. (A one-token prompt is left out:
+    generate's prefill of it is the fused step.)"""
+    import silkattn
+    if not silkattn.backends()["cython"].startswith("available"):
+        pytest.skip("the cython backend is not built")
+    import silkattn.cython
+    if silkattn.cython.ISA != "avx512":
+        pytest.skip("a row's int8 sums are the same in any call on the AVX-512 copy only")
+    rng = np.random.default_rng(5)
+    with silkattn.use_backend("cython"):
+        model = llama.load(files["llama-Q4_1"], activations="int8")
+        lengths = (2, 3, 5, 7, 8, 9, 12, 16, 17, 20, 25, 30)
+        prompts = [list(rng.integers(3, model.config.vocab, n)) for n in lengths]
+        runner = batch.Batch(model, max_batch=16)
+        seqs = [runner.submit(p, 10, ignore_eos=True) for p in prompts]
+        logits = {s: [] for s in seqs}
+        next_token = runner._next
+        runner._next = lambda seq, row: (logits[seq].append(np.array(row)), next_token(seq, row))[1]
+        while not runner.idle:
+            runner.step()
+        runner.close()
+        for s in seqs:
+            lone = _lone_logits(model, s.ids, s.new)
+            assert len(logits[s]) == len(lone) == 10
+            assert all(np.array_equal(a, b) for a, b in zip(logits[s], lone)), len(s.ids)
+
 def test_each_sequence_samples_with_its_own_settings_and_seed(files):
     model = llama.load(files["qwen2-Q8_0"])
     temperature, seed = [1.5, 0.0, 0.8, 1.0, 2.0, 1.2], [7, 1, 2, 3, 3, 5]
@@ -213,6 +254,7 @@ def test_generate_batch_lets_its_pool_go_at_once(files, on_backend, monkeypatch)
     finally:
         if collecting:
             gc.enable()
+
 
 
 def _mapping(address):  # -> {field: value} of the mapping holding address in /proc/self/smaps, or None

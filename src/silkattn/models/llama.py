@@ -76,6 +76,10 @@ def _linear(X, W):  # X (n, k) through a layer's matrix, or its parts side by si
     return np.concatenate([ops.linear(X, w) for w in W], -1) if isinstance(W, tuple) else ops.linear(X, W)
 
 
+def _keys(A, table, n):  # -> (h_kv, n, dh): a sequence's first n positions of a pool's K or V
+    return A[table[0]][:, :n] if len(table) == 1 else np.concatenate(list(A[np.asarray(table)]), 1)[:, :n]
+
+
 def _dense(W):  # a layer's matrix as float32 (in, out)
     if isinstance(W, tuple):
         return np.concatenate([_dense(w) for w in W], -1)
@@ -217,7 +221,8 @@ class Llama:
 
         def attend(i, q, k, v):  # the new K, V into the layer's cache, then q's attention over it
             return self._cached_attention(q, k, v, cache[i], start, end - q.shape[1], c.window(i))
-        H = self._layers(self._embed(ids), np.arange(start, end), attend, last_only)
+        last = [len(ids) - 1] if last_only else None
+        H = self._layers(self._embed(ids), np.arange(start, end), attend, last)
         return ops.linear(H, self.head)
 
     def _run_batch(self, ids, positions, pool, table, lengths):  # -> logits (B, vocab)
@@ -250,16 +255,20 @@ class Llama:
             K, V = pool.layer(i)
             K[page, :, positions % P], V[page, :, positions % P] = k.swapaxes(0, 1), v.swapaxes(0, 1)
             w = c.window(i)
-            return ops.attention_varlen(q, k, v, cu, causal=True, scale=c.scale,
-                                        window=None if w is None else (w - 1, -1))
-        H = self._layers(self._embed(np.concatenate(prompts)), positions, attend)
-        return ops.linear(H[cu[1:] - 1], self.head)
+            if q.shape[1] == len(positions):
+                return ops.attention_varlen(q, k, v, cu, causal=True, scale=c.scale,
+                                            window=None if w is None else (w - 1, -1))
+            # the last layer: each prompt's last query over its keys, as generate's prefill takes it
+            return np.concatenate([self._attend(q[:, [b]], _keys(K, t, n), _keys(V, t, n), n - 1, n, w)
+                                   for b, (t, n) in enumerate(zip(tables, lens))], 1)
+        H = self._layers(self._embed(np.concatenate(prompts)), positions, attend, cu[1:] - 1)
+        return ops.linear(H, self.head)
 
-    def _layers(self, X, positions, attend, last_only=False):  # -> (rows, d), the final norm's output
+    def _layers(self, X, positions, attend, last=None):  # -> (rows, d), the final norm's output
         """X (n, d), the embedded tokens at `positions` (n,), through every layer; attend(i, q, k,
         v) -> A: layer i's attention of q (hq, rows, dh) after keeping k, v (hkv, n, dh) in its cache,
-        A (hq, rows, dh). last_only: the last layer's attention and what follows take the last row
-        alone (the others reach no logit)."""
+        A (hq, rows, dh). last: the rows (indices) the last layer's attention and what follows take
+        alone (the others reach no logit), so that their products are those of so many rows."""
         c = self.config
         n, hq, hkv, dh = len(X), c.h, c.h_kv, c.d_head
         H = ops.rms_norm(X, self.layers[0].attn_norm, c.eps)
@@ -274,14 +283,18 @@ class Llama:
             base, factors = c.layer_rope(i)
             ops.rope(qk, positions, base, factors, out=qk)
             q = qk[:hq]
-            if last_only and i + 1 == c.n_layers:
-                q, X = q[:, -1:], X[-1:]
+            if last is not None and i + 1 == c.n_layers:
+                q, X = q[:, last], X[last]
             v = qkv[:, (hq + hkv) * dh:].reshape(n, hkv, dh).swapaxes(0, 1)
             A = attend(i, q, qk[hq:], v)  # (hq, rows, dh)
             X, H = self._residual(X, _linear(A.swapaxes(0, 1).reshape(len(X), -1), L.wo), L.post_attn_norm,
                                   L.ffn_norm)
-            G = _linear(H, L.wgu)  # (n, 2 d_ff): gate | up
-            F = _linear(ops.gate_mul(G[:, :c.d_ff], G[:, c.d_ff:], c.family.activation), L.wd)
+            if isinstance(L.wgu, tuple):  # gate and up as the file's parts: each (n, d_ff), not joined
+                gate, up = (ops.linear(H, W) for W in L.wgu)
+            else:
+                G = ops.linear(H, L.wgu)  # (n, 2 d_ff): gate | up
+                gate, up = G[:, :c.d_ff], G[:, c.d_ff:]
+            F = _linear(ops.gate_mul(gate, up, c.family.activation), L.wd)
             X, H = self._residual(X, F, L.post_ffn_norm,
                                   self.layers[i + 1].attn_norm if i + 1 < c.n_layers else self.norm)
         return H
