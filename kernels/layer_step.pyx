@@ -9,6 +9,8 @@ cimport numpy as cnp
 
 cnp.import_array()
 
+import dataclasses
+
 import numpy as np
 
 from silkattn._cy import linear_q as _linear_q
@@ -118,10 +120,13 @@ cdef sa_norm _norm(N):
 
 
 cdef class _Layer:
-    """A LayerStep (silkattn._step) as sa_layer, its fields filled once; the record is kept with it,
-    which keeps its arrays alive. Per call only the row x, the position and the rotary row change."""
+    """A LayerStep (silkattn._step) as sa_layer, its fields filled once; the record's fields are kept
+    with it (not the record: it lives in the record's `prepared`, and a reference back would be a
+    cycle that holds the record, its cache or pool pages included, until the garbage collector
+    runs), which keeps the arrays it points into alive. Per call only the row x, the position and
+    the rotary row change."""
     cdef sa_layer L
-    cdef object step
+    cdef object fields
     cdef const float *cos0
     cdef const float *sin0
     cdef Py_ssize_t half, kmax, nmax
@@ -130,7 +135,7 @@ cdef class _Layer:
     def __cinit__(self, step):
         cdef sa_layer *L = &self.L
         S = step.scratch
-        self.step = step
+        self.fields = tuple(getattr(step, f.name) for f in dataclasses.fields(step) if f.name != "prepared")
         L.d, L.h, L.h_kv, L.dh = step.d, step.h, step.h_kv, step.dh
         L.post_norm, L.eps, L.gate, L.q8 = step.post_norm, <float>step.eps, step.gate, step.q8
         L.norm1, L.norm2, L.norm_cross = _norm(step.norm1), _norm(step.norm2), _norm(step.norm_cross)

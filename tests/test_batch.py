@@ -121,7 +121,6 @@ def test_int8_batches_give_generate_s_logits_to_the_bit(files):
         runner._next = lambda seq, row: (logits[seq].append(np.array(row)), next_token(seq, row))[1]
         while not runner.idle:
             runner.step()
-        runner.close()
         for s in seqs:
             lone = _lone_logits(model, s.ids, s.new)
             assert len(logits[s]) == len(lone) == 10
@@ -230,8 +229,8 @@ def test_default_pages_take_the_fused_step_of_rows(files, activations, on_backen
 
 
 def test_generate_batch_lets_its_pool_go_at_once(files, on_backend, monkeypatch):
-    """The fused step's records over the pool's pages (each with its backends' forms, which refer
-    back to it) are dropped when generate_batch returns: its pool's memory goes then, not at the
+    """The fused step's records over the pool's pages (each with its backends' forms, which do not
+    refer back to it) go when generate_batch returns, and its pool's memory with them, not at the
     garbage collector's next pass over cycles (two calls in a row held two pools). A first call
     before: with the numba backend a process's first call's pool stays referenced (once, from the
     kernels' first calls; not chased), the later ones go."""
@@ -255,6 +254,30 @@ def test_generate_batch_lets_its_pool_go_at_once(files, on_backend, monkeypatch)
         if collecting:
             gc.enable()
 
+
+def test_generate_lets_its_cache_go_at_once(files, on_backend, monkeypatch):
+    """generate's cache (and the fused step's records over it) go when its tokens are written, with
+    the garbage collector off: nothing refers back to a record from its backends' forms of it."""
+    import gc
+    import weakref
+    model = llama.load(files["llama-Q4_1"], activations="int8")
+    model.generate(PROMPTS[2], 5, ignore_eos=True)
+    caches, make = [], model.cache
+
+    def cache(capacity):
+        c = make(capacity)
+        caches.append(weakref.ref(c[0][0].base if c[0][0].base is not None else c[0][0]))
+        return c
+
+    monkeypatch.setattr(model, "cache", cache)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        assert len(model.generate(PROMPTS[2], 5, ignore_eos=True)) == 5
+        assert len(caches) == 1 and caches[0]() is None
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def _mapping(address):  # -> {field: value} of the mapping holding address in /proc/self/smaps, or None

@@ -256,16 +256,6 @@ class Batch:
         return self.model._fused and all(len(seq.pages) == 1 and len(seq.ids) + seq.max_new_tokens
                                          <= self.pool.page_keys for seq in seqs)
 
-    def close(self):
-        """Lets the pool's memory go now rather than at the next collection of cycles: the fused
-        step's records over its pages are dropped, each with its backends' forms of it (which refer
-        back to it: a cycle that held the pool until the garbage collector ran, so that a second
-        generate_batch made its pool while the first's was still held)."""
-        for steps in self._steps.values():
-            for step in steps or ():
-                step.prepared.clear()
-        self._steps.clear()
-
     def _records(self, page):  # -> the fused step's records over the page, made once a page and kept
         steps = self._steps.get(page)
         if steps is None:

@@ -399,17 +399,12 @@ class Llama:
             P = check.count(page_keys, "page_keys")
             need = sorted(-(-n // P) * P for n in lengths)
             cache_tokens = max(P, sum(need[-most:]))
-        if page_keys is None:
-            page_keys = batch.PAGE_KEYS
         runner = batch.Batch(self, max_batch, cache_tokens=cache_tokens, cache_bytes=cache_bytes,
                              page_keys=page_keys)
-        try:
-            seqs = [runner.submit(p, **{name: values[i] for name, values in settings.items()})
-                    for i, p in enumerate(prompts)]
-            while not runner.idle:
-                runner.step()
-        finally:
-            runner.close()
+        seqs = [runner.submit(p, **{name: values[i] for name, values in settings.items()})
+                for i, p in enumerate(prompts)]
+        while not runner.idle:
+            runner.step()
         self.stats = dict(runner.stats, sequences=len(seqs))
         return [list(seq.new) for seq in seqs]
 
