@@ -432,7 +432,8 @@ def main(argv=None):
     s.add_argument("--api-key", help="answer only requests sending 'Authorization: Bearer KEY'")
     s.add_argument("--name", help="the model's name in the API (default: the file's name)")
     s.add_argument("--cache-tokens", type=int, help="the KV cache's positions for all sequences together "
-                   "(default: max-batch x min(the context, 4096))")
+                   "(default: max-batch x min(the context, 4096), a page a sequence; given, pages of 256 "
+                   "positions, and a sequence past one page takes the slower paged step)")
     s.add_argument("--activations", choices=["float32", "int8"], default="float32")
     args = parser.parse_args(argv)
     commands = {"bench": bench, "embed": embed, "chat": chat, "complete": complete, "serve": serve,
