@@ -224,7 +224,8 @@ QX_ROWS = 4
 # sums are then those of the row alone (the AVX-512 copy, numba), so a batch's step of up to
 # Q8_ROWS sequences gives each the logits of its own step; the GEMM's differ in the last bits for
 # Q8_0, Q4_0 and others. Zen 4, 2 threads: 16 rows in the few-row kernels took 0.94x the GEMM's
-# time for SmolLM2's Q8_0 head (49152 x 576), 0.97-1.02x for its Q4_1 matrices; 24 rows 1.03-1.24x.
+# time for SmolLM2's Q8_0 head (49152 x 576), 0.97-1.02x for its Q4_1 matrices, 0.88-0.98x for the
+# 1.1B model's Q4_K and Q6_K (bench/make_llama3_1b.py); 24 rows 0.94-1.24x.
 Q8_ROWS = 16
 
 
