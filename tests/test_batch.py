@@ -48,7 +48,8 @@ def test_a_lone_sequence_takes_the_fused_step(files, name, activations, on_backe
     fused, step = [], model._step
     model._step = lambda *a: (fused.append(1), step(*a))[1]
     assert model.generate_batch(PROMPTS, new, ignore_eos=True, max_batch=1, page_keys=64) == alone
-    assert len(fused) == (sum(new) - len(new) if model._fused else 0) and (name == "mqa-F16") != model._fused
+    steps = sum(new) - len(new) + sum(len(p) == 1 for p in PROMPTS)  # a one-token prompt's first too
+    assert len(fused) == (steps if model._fused else 0) and (name == "mqa-F16") != model._fused
     model._step = step
     if activations == "float32":  # together, then the last one alone: int8's tokens may differ (below)
         together = model.generate_batch(PROMPTS[:3], new[:3], ignore_eos=True, max_batch=3, page_keys=64)
@@ -97,12 +98,12 @@ def _lone_logits(model, ids, new):  # -> each step's logits as generate(ids) wri
 
 
 def test_int8_batches_give_generate_s_logits_to_the_bit(files):
-    """cython, int8 activations, Q4_1 (its few-row kernels and integer GEMM sum alike): 12 prompts of
-    2 to 30 tokens (more rows than a few-row call's 8), default pages: every step's logits of every
+    """cython, int8 activations, Q4_1 (its few-row kernels and integer GEMM sum alike): 13 prompts of
+    1 to 30 tokens (more rows than a few-row call's 8), default pages: every step's logits of every
     sequence, bit for bit, those generate's own prefill and steps give it: the packed prefill's
     attention split by path (ops.attention_varlen), its last layer on each prompt's last row alone,
-    the output head of up to Q8_ROWS rows in the few-row kernels. (A one-token prompt is left out:
-    generate's prefill of it is the fused step.)"""
+    the output head of up to Q8_ROWS rows in the few-row kernels, a one-token prompt a decoding step
+    at position 0 (generate's prefill of it is the fused step)."""
     import silkattn
     if not silkattn.backends()["cython"].startswith("available"):
         pytest.skip("the cython backend is not built")
@@ -112,7 +113,7 @@ def test_int8_batches_give_generate_s_logits_to_the_bit(files):
     rng = np.random.default_rng(5)
     with silkattn.use_backend("cython"):
         model = llama.load(files["llama-Q4_1"], activations="int8")
-        lengths = (2, 3, 5, 7, 8, 9, 12, 16, 17, 20, 25, 30)
+        lengths = (1, 2, 3, 5, 7, 8, 9, 12, 16, 17, 20, 25, 30)
         prompts = [list(rng.integers(3, model.config.vocab, n)) for n in lengths]
         runner = batch.Batch(model, max_batch=16)
         seqs = [runner.submit(p, 10, ignore_eos=True) for p in prompts]

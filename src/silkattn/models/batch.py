@@ -126,8 +126,12 @@ class Sequence:
         return self.finish_reason is not None
 
     @property
-    def length(self):  # positions whose keys are cached: the prompt, then each token but the last
-        return len(self.ids) + max(len(self.new) - 1, 0)
+    def token(self):  # the token a decoding step takes next: the last written, or a one-token prompt
+        return self.new[-1] if self.new else int(self.ids[-1])
+
+    @property
+    def position(self):  # the position of that token (its keys and values are written there)
+        return len(self.ids) + len(self.new) - 1
 
 
 class Batch:
@@ -188,8 +192,9 @@ class Batch:
             seq.finish_reason = "cancelled"
 
     def step(self):  # -> [(sequence, token)] written in this step
-        """Sequences join (each prefilled to its first token), then the running ones advance one
-        token together."""
+        """Sequences join (each prefilled to its first token; a one-token prompt instead joins the
+        step below, at position 0, as generate's prefill runs it), then the running ones advance
+        one token together."""
         written, old, joining = [], list(self.running), []
         self.stats["steps"] += 1
         while self.waiting and len(self.running) < self.max_batch:
@@ -201,6 +206,11 @@ class Batch:
             seq.reserved = need
             self.running.append(seq)
             joining.append(seq)
+        for seq in [seq for seq in joining if len(seq.ids) == 1]:
+            # a one-token prompt is a decoding step at position 0, as generate prefills it
+            joining.remove(seq)
+            old.append(seq)
+            self.stats["prompt_tokens"] += 1
         while joining:  # their prompts packed, PREFILL_ROWS rows a pass at most
             rows, n = len(joining[0].ids), 1
             while n < len(joining) and rows + len(joining[n].ids) <= PREFILL_ROWS:
@@ -219,16 +229,16 @@ class Batch:
         if old:
             start = time.perf_counter()
             for seq in old:  # the page this token's keys go to
-                if seq.length >= len(seq.pages) * self.pool.page_keys:
+                if seq.position >= len(seq.pages) * self.pool.page_keys:
                     seq.pages.append(self.pool.take())
                     seq.reserved -= 1
             logits = self._lone(old[0]) if len(old) == 1 else self._fused_rows(old)
             if logits is None:
-                positions = np.array([seq.length for seq in old])
+                positions = np.array([seq.position for seq in old])
                 table = np.zeros((len(old), max(len(seq.pages) for seq in old)), np.int64)
                 for row, seq in zip(table, old):
                     row[:len(seq.pages)] = seq.pages
-                tokens = np.array([seq.new[-1] for seq in old])
+                tokens = np.array([seq.token for seq in old])
                 logits = self.model._run_batch(tokens, positions, self.pool, table, positions + 1)
             self.stats["decode_s"] += time.perf_counter() - start
             self.stats["batch_rows"] += len(old)
@@ -241,15 +251,15 @@ class Batch:
         (h_kv, page_keys, d_head) a layer, the layout of a sequence's own cache."""
         if not self._one_page([seq]):
             return None
-        return self.model._step(self._records(seq.pages[0]), seq.new[-1], seq.length)
+        return self.model._step(self._records(seq.pages[0]), seq.token, seq.position)
 
     def _fused_rows(self, seqs):  # -> logits (B, vocab), or None where the batch's step must run
         """Sequences whose positions each fit in one page take the fused step of rows
         (Llama._step_rows: one call a layer for all of them, each over its page)."""
         if not self._one_page(seqs):
             return None
-        return self.model._step_rows(self._records(0), np.array([seq.new[-1] for seq in seqs]),
-                                     np.array([seq.length for seq in seqs]), self.pool,
+        return self.model._step_rows(self._records(0), np.array([seq.token for seq in seqs]),
+                                     np.array([seq.position for seq in seqs]), self.pool,
                                      np.array([seq.pages[0] for seq in seqs]))
 
     def _one_page(self, seqs):
