@@ -698,3 +698,31 @@ def test_a_layers_views_reuse_one_plan_on_new_data(any_backend, threads, rng, dt
                 K, V = cache[layer, 0, :, :end], cache[layer, 1, :, :end]
                 got = any_backend.attention(q, K, V, causal=True, q_offset=end - n)
                 assert_close(got, expected(q, K, V, causal=True, q_offset=end - n), dtype)
+
+
+@pytest.mark.parametrize("contiguous", [False, True])
+def test_kept_plans_do_not_keep_the_call_s_arrays(any_backend, rng, contiguous):
+    """A call's plan is kept by layout in silkattn._cache (strided heads: a generate prefill's
+    slice of its longer KV cache, a batch's page; or C-contiguous operands), never the call's
+    arrays: a model's cache or a batch's pool goes when its owner lets it go, with the garbage
+    collector off (a kept plan made from the first call's views held it before)."""
+    import gc
+    import weakref
+    silkattn.clear_cache()
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(2):  # the plan made, then found
+            cache = rng.standard_normal((2, 3, 64, 16)).astype(np.float32)  # (K | V, heads, positions, d)
+            Q = rng.standard_normal((3, 4, 16)).astype(np.float32)  # a GQA group's query heads as rows
+            K, V = (cache[i, :, :20] for i in (0, 1))
+            if contiguous:
+                K, V = np.ascontiguousarray(K), np.ascontiguousarray(V)
+            out = any_backend.attention(Q, K, V)
+            assert_close(out, ref.attention(*f64(Q, K, V)), np.float32)
+            alive = weakref.ref(cache), weakref.ref(K), weakref.ref(Q)
+            del cache, K, V, Q
+            assert [a() for a in alive] == [None] * 3
+    finally:
+        if collecting:
+            gc.enable()

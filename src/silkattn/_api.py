@@ -798,6 +798,10 @@ def _view_layout(kernels, Q, K, V, scale, softcap, causal, window, q_offset):
     layout = _layout(Q, K, V, mask, bias, lead, q_offset, None)
     plan, nthreads = _finish(kernels, *layout, out, Q.shape[-1], V.shape[-1], scale, softcap, causal, window,
                              False)
+    # the layout alone is kept: the first call's arrays (a model's KV cache, a batch's pool) would
+    # otherwise stay alive in silkattn._cache for as long as the plan
+    plan.q, plan.k, plan.v, plan.out = (_placeholder(a.shape, a.dtype)
+                                        for a in (plan.q, plan.k, plan.v, plan.out))
     plan.derived = {}
     return plan, nthreads
 
