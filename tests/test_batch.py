@@ -75,17 +75,19 @@ def test_batch_of_int8_activations_follows_the_model(files, on_backend):
     into steps of d_x w (here up to 0.04 in a logit), so tokens are not compared across paths; each
     step's logits are the forward pass's over the same ids (the GEMM path), within that."""
     model = llama.load(files["llama-Q4_1"], activations="int8")
-    runner = batch.Batch(model, max_batch=4, cache_tokens=256, page_keys=16)
-    seqs = [runner.submit(p, 12, ignore_eos=True) for p in PROMPTS]
-    logits = {s: [] for s in seqs}
+    logits = _step_logits(batch.Batch(model, max_batch=4, cache_tokens=256, page_keys=16), PROMPTS, 12)
+    for s in logits:
+        expected = model.forward(list(s.ids) + s.new[:-1])[len(s.ids) - 1:]
+        assert len(s.new) == 12 and np.abs(np.array(logits[s]) - expected).max() < 0.1
+
+
+def _step_logits(runner, prompts, new):  # -> {sequence: each step's logits}, the batch run to its end
+    logits = {runner.submit(p, new, ignore_eos=True): [] for p in prompts}
     next_token = runner._next
     runner._next = lambda seq, row: (logits[seq].append(np.array(row)), next_token(seq, row))[1]
     while not runner.idle:
         runner.step()
-    for s in seqs:
-        expected = model.forward(list(s.ids) + s.new[:-1])[len(s.ids) - 1:]
-        assert len(s.new) == 12 and np.abs(np.array(logits[s]) - expected).max() < 0.1
-
+    return logits
 
 
 def _lone_logits(model, ids, new):  # -> each step's logits as generate(ids) writes `new`
@@ -115,17 +117,12 @@ def test_int8_batches_give_generate_s_logits_to_the_bit(files):
         model = llama.load(files["llama-Q4_1"], activations="int8")
         lengths = (1, 2, 3, 5, 7, 8, 9, 12, 16, 17, 20, 25, 30)
         prompts = [list(rng.integers(3, model.config.vocab, n)) for n in lengths]
-        runner = batch.Batch(model, max_batch=16)
-        seqs = [runner.submit(p, 10, ignore_eos=True) for p in prompts]
-        logits = {s: [] for s in seqs}
-        next_token = runner._next
-        runner._next = lambda seq, row: (logits[seq].append(np.array(row)), next_token(seq, row))[1]
-        while not runner.idle:
-            runner.step()
-        for s in seqs:
+        logits = _step_logits(batch.Batch(model, max_batch=16), prompts, 10)
+        for s in logits:
             lone = _lone_logits(model, s.ids, s.new)
             assert len(logits[s]) == len(lone) == 10
             assert all(np.array_equal(a, b) for a, b in zip(logits[s], lone)), len(s.ids)
+
 
 def test_each_sequence_samples_with_its_own_settings_and_seed(files):
     model = llama.load(files["qwen2-Q8_0"])
