@@ -28,7 +28,8 @@ result array they may write. The kernel contract (the same for every backend):
                                                          w: (k, n), or (n, k) if transposed (out = x w^T)
     linear_q(x, blocks, kind, b, out, has_bias, q8, num_threads)
                                                          linear's out = x W (+ b) for W a silkattn.quant.
-                                                         QuantizedMatrix: float32 x: (m, k), m <= LINEAR_ROWS;
+                                                         QuantizedMatrix: float32 x: (m, k), m <= LINEAR_ROWS
+                                                         (q8: any m, taken 8 rows at a time: Q8_ROWS);
                                                          blocks: uint8 (n, k / 32 * block bytes), the GGUF
                                                          blocks of W^T (reference.dequantize), kind their
                                                          code (0 Q8_0, 1 Q4_0, 2 Q4_1: quant.KINDS); out:

@@ -255,7 +255,7 @@ class Llama:
             K, V = pool.layer(i)
             K[page, :, positions % P], V[page, :, positions % P] = k.swapaxes(0, 1), v.swapaxes(0, 1)
             w = c.window(i)
-            if q.shape[1] == len(positions):
+            if i + 1 < c.n_layers:  # the last layer's q: each prompt's last row alone (_layers' last)
                 return ops.attention_varlen(q, k, v, cu, causal=True, scale=c.scale,
                                             window=None if w is None else (w - 1, -1))
             # the last layer: each prompt's last query over its keys, as generate's prefill takes it
