@@ -218,3 +218,20 @@ def test_a_block_product_with_a_bias_and_the_residual_is_refused(rng):
     K = np.zeros(shape, np.float32)
     with pytest.raises(ValueError, match="residual"):
         silkattn.ops.layer_step_record(cache=(K, K.copy()), **record)
+
+
+@pytest.mark.parametrize("case", ROWS_CASES)
+def test_numba_step_writes_the_ops_keys_to_the_bit(rng, case):
+    """numba's fused step writes the K and V rows its own ops would (the same norm and products; the
+    rotary without FMA contraction, as the reference's: a function that leaves fastmath unset
+    inherits its caller's, which once made the step's x c - y s one FMA)."""
+    from silkattn import _api, _backends
+    record, shape, d = CASES[case](rng)
+    x = rng.standard_normal(d).astype(np.float32)
+    with silkattn.use_backend("numba"):
+        caches = [tuple(np.zeros(shape, np.float32) for _ in range(2)) for _ in range(2)]
+        fused, ops_step = (silkattn.ops.layer_step_record(cache=c, **record) for c in caches)
+        silkattn.ops.layer_step(fused, x.copy(), 3)
+        _api._layer_step_ops(_backends.kernels(), ops_step, x.copy(), 3)
+    for a, b in zip(*caches):
+        assert np.array_equal(a, b) and np.abs(a).max() > 0

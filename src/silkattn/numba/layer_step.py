@@ -117,9 +117,10 @@ def _rms_norm(x, g, eps, out):
         out[j] = x[j] * r * g[j]
 
 
-# No fastmath: not even 'contract' (as rope_rows): x c - y s rounds each product as NumPy does. LLVM
-# may inline it into layer_step: the flags are the instructions' own, so none is contracted there.
-@jit(cache=CACHE)
+# No fastmath: not even 'contract' (as rope_rows): x c - y s rounds each product as NumPy does. Said
+# explicitly: a function that leaves fastmath unset inherits its caller's (Numba's flags), and
+# _heads' 'contract' made x c - y s one FMA here, the step's Q and K a bit off the ops' rope.
+@jit(cache=CACHE, fastmath=False)
 def _rope(qkv, heads, dh, cos, sin):
     """The rotary embedding in place on the first `heads` heads (dh long) of qkv: (x_i, x_(i+h)) ->
     (x_i c_i - x_(i+h) s_i, x_(i+h) c_i + x_i s_i) for i < h = dh / 2."""

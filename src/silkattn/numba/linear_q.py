@@ -228,7 +228,8 @@ def linear_q_rows(x, blocks, kind, b, has_bias, out, nthreads):
 # float32 are the same products to float32's rounding (the q d_x are exact in float32).
 
 # No fastmath: the rounding must be the reference's float32 operations, and the NaN test must stay.
-@jit(cache=CACHE)
+# Said explicitly: unset, a caller's fastmath would be inherited (layer_step's products call this).
+@jit(cache=CACHE, fastmath=False)
 def _round_q8(xf, m, k, of, block=32):
     """of = round_q8(x, block) for the m rows of x (flat xf, k a multiple of block): per block, a =
     max |x|, q = rint(x (127 / a)) and d = a / 127 in float32, of = q d (reference.round_q8's
