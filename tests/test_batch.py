@@ -210,9 +210,9 @@ def test_one_page_and_the_default_pages(files):
 @pytest.mark.parametrize("activations", ["float32", "int8"])
 def test_default_pages_take_the_fused_step_of_rows(files, activations, on_backend):
     """generate_batch's default pages hold each sequence whole, so its steps are the fused step of
-    rows: token for token what generate gives each alone, with int8 activations too on the cython
-    and numpy backends (the paged step's int8 tokens may part from them, and numba's int8 step of
-    rows sums in another order than its one-row step: test_batch_of_int8_activations_follows_the_model)."""
+    rows: token for token what generate gives each alone, with int8 activations too, on every
+    backend (the paged step's int8 tokens may part from them:
+    test_batch_of_int8_activations_follows_the_model)."""
     model = llama.load(files["llama-Q4_1"], activations=activations)
     new = [20, 7, 33, 1, 12, 25]
     alone = [model.generate(p, n, ignore_eos=True) for p, n in zip(PROMPTS, new)]
@@ -222,8 +222,7 @@ def test_default_pages_take_the_fused_step_of_rows(files, activations, on_backen
     model._run_batch = lambda *a: (paged.append(1), run_batch(*a))[1]
     together = model.generate_batch(PROMPTS, new, ignore_eos=True, max_batch=4)
     assert max(rows) == 4 and not paged
-    if activations == "float32" or on_backend != "numba":
-        assert together == alone
+    assert together == alone
 
 
 def test_generate_batch_lets_its_pool_go_at_once(files, on_backend, monkeypatch):

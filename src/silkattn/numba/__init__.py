@@ -41,7 +41,7 @@ KERNELS = Kernels("numba", softmax=driver.softmax, layer_norm=driver.layer_norm,
                   rope=driver.rope, silu_mul=driver.silu_mul, gelu_tanh_mul=driver.gelu_tanh_mul,
                   dequantize=driver.dequantize, gemm=driver.gemm,
                   gemm_q=driver.gemm_q, matmul_int8=driver.matmul_int8,
-                  layer_step=driver.layer_step,
+                  layer_step=driver.layer_step, layer_step_rows=driver.layer_step_rows,
                   isa=f"{_simd.VBYTES * 8}-bit (llvm)")
 
 globals().update(ops.bind(KERNELS))

@@ -314,6 +314,25 @@ def layer_step(step, x, pos, num_threads):
     _layer_step.layer_step(t, x, _read_only(x), int(pos), tuple(int(v) for v in step.keys(pos)), nthreads)
 
 
+def layer_step_rows(step, X, at, K, V, cos, sin, num_threads):
+    """The kernel contract's layer_step_rows (see layer_step.py): the rows of X (m, d) in place
+    through the record step, row r over the cache of the pools K and V (flat) at element at[r, 3]
+    (silkattn._api checked the record, the rows and the pools); the rows' buffers made here, the
+    products' inputs with read-only views (the one-row step's signatures)."""
+    t = step.prepared.get("numba")
+    if t is None:
+        t = step.prepared["numba"] = _step_record(step)
+    m = len(X)
+    if m == 0:
+        return
+    nq, nu, dff = sum(P.n for P in step.qkv), sum(P.n for P in step.up), step.down.k
+    Hn, A, G = (np.empty((m, n), np.float32) for n in (step.d, step.h * step.dh, dff))
+    work = (Hn, _read_only(Hn), A, _read_only(A), G, _read_only(G), *(np.empty((m, n), np.float32)
+                                                                       for n in (nq, nu, step.d)))
+    _layer_step.layer_step_rows(t, X, _read_only(at), (K, V, _read_only(K), _read_only(V)), _read_only(cos),
+                                _read_only(sin), work, _use_threads(num_threads))
+
+
 def _step_record(s):
     """layer_step.Step's fields of a LayerStep, as plain nested tuples (Numba types them fast)."""
     ro = _read_only

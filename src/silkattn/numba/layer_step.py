@@ -507,24 +507,23 @@ def _out(L, Wo, xin, xr, x, rx, post, y, yes, no, parts, nthreads):
 
 
 @jit(cache=CACHE, fastmath=FASTMATH)
-def _heads(L, pos, row):
-    """This token's Q and K heads normed (QK-norm: an RMSNorm a head) and turned (rotary, position
-    pos), its K and V heads written to the cache's row."""
-    S, C = L.scratch, L.cache
+def _heads_at(L, qkv, K, V, at, cos, sin, i):
+    """A token's Q and K heads in qkv normed (QK-norm: an RMSNorm a head) and turned (rotary: row i
+    of the tables cos, sin; none where they are empty), its K and V heads written to the cache row
+    whose head 0 starts at element `at` of K and V. Both steps' (layer_step's, layer_step_rows')."""
     h, h_kv, dh = L.h, L.h_kv, L.dh
-    qkv, K, V = S.qkv, C.K, C.V
     if L.q_norm.g.size:
         for u in range(h + h_kv):
             head = qkv[u * dh:(u + 1) * dh]
             _rms_norm(head, L.q_norm.g if u < h else L.k_norm.g, L.eps, head)
-    if L.cos.size:
-        _rope(qkv, h + h_kv, dh, L.cos[pos], L.sin[pos])
+    if cos.size:
+        _rope(qkv, h + h_kv, dh, cos[i], sin[i])
     for g in range(h_kv):
         kb, vb = (h + g) * dh, (h + h_kv + g) * dh
-        at = g * C.head_stride + row * C.row_stride
-        for i in range(dh):
-            K[at + i] = qkv[kb + i]
-            V[at + i] = qkv[vb + i]
+        o = at + g * L.cache.head_stride
+        for j in range(dh):
+            K[o + j] = qkv[kb + j]
+            V[o + j] = qkv[vb + j]
 
 
 @jit(cache=CACHE, fastmath=FASTMATH)
@@ -551,7 +550,7 @@ def _attention_sublayer(L, N, Wq, Wo, x, xr, pos, keys, cross, buf, parts, nthre
     else:
         C = L.cache
         row, key0, nkeys = keys
-        _heads(L, pos, row)
+        _heads_at(L, S.qkv, C.K, C.V, row * C.row_stride, L.cos, L.sin, pos)
         first = key0 * C.row_stride
         geom = (C.head_stride, C.row_stride, dh, nkeys, h, h // h_kv)
         _attend(S.qkv, (C.Kr[first:], C.Vr[first:]), geom, L.memory.keep, no, S.scores, S.a, scale, nthreads)
@@ -598,3 +597,106 @@ def layer_step(t, x, xr, pos, keys, nthreads):
         _attention_sublayer(L, L.norm_cross, (L.cross_q,), L.cross_o, x, xr, pos, keys, yes, buf, parts,
                             nthreads)
     _feed_forward(L, x, xr, yes, no, buf, parts, nthreads)
+
+
+# ---- A batch's rows through one layer (ops.layer_step_rows; kernels/layer_step.h's
+# sa_layer_run_rows): the stages of layer_step above, each for every row, the block products one
+# call for all the rows (W read once for them; a row's sums are the same in any call). Each row's
+# heads, attention and gate go through the one-row step's own functions on the record's scratch
+# (its row copied in, the result out: the same compiled code at the same signatures), so that each
+# row's results are layer_step's to the bit. A Llama-family record (silkattn._api checks it):
+# pre-norm, gated, no cross-attention, block products.
+
+@jit(cache=CACHE, fastmath=FASTMATH)
+def _rows_blocks(M, xr, b, has_b, y, q8, nthreads):
+    """y (m, n) = xr (m, k) M (+ b): _blocks_any's kernels for the m rows at once, the kinds after the
+    row kernels' (linear_qx_rows: 8 rows a call at most) 8 rows a call."""
+    m, k = xr.shape
+    if M.kind < ROW_KINDS:
+        _blocks(q8, xr, M.w, M.kind, b, has_b, y, nthreads)
+        return
+    rounded = np.empty(m * k, xr.dtype)
+    if q8:
+        _round_q8(xr.reshape(-1), m, k, rounded, 256 if M.kind >= Q4_K else 32)
+    for r0 in range(0, m, 8):
+        r1 = min(m, r0 + 8)
+        out = np.empty((r1 - r0, M.n), y.dtype)
+        if q8:
+            linear_qx_rows(rounded[r0 * k:r1 * k].reshape(r1 - r0, k), M.w, M.kind, b, has_b, out, nthreads)
+        else:
+            linear_qx_rows(xr[r0:r1], M.w, M.kind, b, has_b, out, nthreads)
+        y[r0:r1] = out
+
+
+@jit(cache=CACHE, fastmath=FASTMATH)
+def _rows_parts(Ps, xr, y, q8, nthreads):
+    """y (m, sum of the parts' n) = xr [W_0 | W_1 | ...] (+ b), each part into a buffer of its own
+    (the kernels write whole rows), then beside the others."""
+    m = xr.shape[0]
+    off = 0
+    for i in range(len(Ps)):
+        M = Product(*Ps[i])
+        out = np.empty((m, M.n), y.dtype)
+        _rows_blocks(M, xr, M.b, M.b.size > 0, out, q8, nthreads)
+        y[:, off:off + M.n] = out
+        off += M.n
+
+
+@jit(cache=CACHE, fastmath=FASTMATH)
+def _rows_residual(L, post, y, X):
+    """X += y, or with a sandwich norm X += rms_norm(y), each row (layer_step's _out after its
+    product: there the residual is the product's bias, the same sum)."""
+    for r in range(X.shape[0]):
+        if post.g.size:
+            _add_normed(L, post, y[r], X[r])
+        else:
+            for j in range(L.d):
+                X[r, j] += y[r, j]
+
+
+@jit(cache=CACHE, fastmath=FASTMATH)
+def _rows_norm(L, N, X, out):
+    """out[r] = the norm N of X[r] (out: (m, d)), through the record's scratch (layer_step's call)."""
+    S = L.scratch
+    buf = np.empty(4 * vwidth(S.hn), S.hn.dtype)
+    for r in range(X.shape[0]):
+        _norm(N, X[r], L.eps, S.hn, buf)
+        out[r] = S.hn[:L.d]
+
+
+@jit(cache=CACHE, fastmath=FASTMATH)
+def layer_step_rows(t, X, at, pools, cos, sin, work, nthreads):
+    """The m rows of X (m, d) in place through the layer of record t (layer_step's), row r a token
+    whose cache is in the pools (K, V, flat, and their read-only views) from element at[r, 3], its
+    K and V written at cache row at[r, 0], its query over the at[r, 2] rows from at[r, 1]; cos, sin
+    (m, dh / 2) the rows' rotary rows (empty: none); work: the rows' buffers (driver.layer_step_rows:
+    the products' inputs with read-only views, as the one-row step's scratch). Trusted:
+    silkattn._api checked the record, the rows and the pools' range."""
+    L = _named(t)
+    S, C = L.scratch, L.cache
+    K, V, KR, VR = pools
+    Hn, HnR, A, AR, G, GR, QKV, F, Y = work
+    h, h_kv, dh, dff = L.h, L.h_kv, L.dh, L.down.k
+    nq = QKV.shape[1]
+    no = nthreads < 0
+    scale = np.float32(L.scale)
+    _rows_norm(L, L.norm1, X, Hn)
+    _rows_parts(L.qkv, HnR, QKV, L.q8, nthreads)
+    for r in range(X.shape[0]):
+        row, key0, nkeys, base = at[r, 0], at[r, 1], at[r, 2], at[r, 3]
+        S.qkv[:nq] = QKV[r]
+        _heads_at(L, S.qkv, K, V, base + row * C.row_stride, cos, sin, r)
+        first = base + key0 * C.row_stride
+        geom = (C.head_stride, C.row_stride, dh, nkeys, h, h // h_kv)
+        _attend(S.qkv, (KR[first:], VR[first:]), geom, L.memory.keep, no, S.scores, S.a, scale, nthreads)
+        A[r] = S.a[:h * dh]
+    _rows_blocks(L.o, AR, L.o.b, no, Y, L.q8, nthreads)
+    _rows_residual(L, L.post1, Y, X)
+    _rows_norm(L, L.norm2, X, Hn)
+    _rows_parts(L.up, HnR, F, L.q8, nthreads)
+    for r in range(X.shape[0]):
+        S.f[:2 * dff] = F[r]
+        _gate(S.f, dff, S.hn, L.gate == 2)
+        G[r] = S.hn[:dff]
+    _rows_blocks(L.down, GR, L.down.b, no, Y, L.q8, nthreads)
+    _rows_residual(L, L.post2, Y, X)
