@@ -99,13 +99,16 @@ def _lone_logits(model, ids, new):  # -> each step's logits as generate(ids) wri
     return logits
 
 
-def test_int8_batches_give_generate_s_logits_to_the_bit(files):
-    """cython, int8 activations, Q4_1 (its few-row kernels and integer GEMM sum alike): 13 prompts of
-    1 to 30 tokens (more rows than a few-row call's 8), default pages: every step's logits of every
-    sequence, bit for bit, those generate's own prefill and steps give it: the packed prefill's
-    attention split by path (ops.attention_varlen), its last layer on each prompt's last row alone,
-    the output head of up to Q8_ROWS rows in the few-row kernels, a one-token prompt a decoding step
-    at position 0 (generate's prefill of it is the fused step)."""
+@pytest.mark.parametrize("name", ["llama-Q4_1", "qwen2-Q8_0", "gemma3-window-Q8_0"])
+def test_int8_batches_give_generate_s_logits_to_the_bit(files, name):
+    """cython, int8 activations: 13 prompts of 1 to 30 tokens (more rows than a few-row call's 8),
+    default pages: every step's logits of every sequence, bit for bit, those generate's own prefill
+    and steps give it: the packed prefill's attention split by path (ops.attention_varlen), its
+    last layer on each prompt's last row alone, prompts of up to Q8_ROWS tokens packed only with
+    each other (generate multiplies their rows in the few-row kernels; the integer GEMM sums Q8_0's
+    offsets in another order), the output head of up to Q8_ROWS rows in the few-row kernels, a
+    one-token prompt a decoding step at position 0 (generate's prefill of it is the fused step);
+    Gemma 3's window (8 positions) shorter than most prompts."""
     import silkattn
     if not silkattn.backends()["cython"].startswith("available"):
         pytest.skip("the cython backend is not built")
@@ -114,7 +117,7 @@ def test_int8_batches_give_generate_s_logits_to_the_bit(files):
         pytest.skip("a row's int8 sums are the same in any call on the AVX-512 copy only")
     rng = np.random.default_rng(5)
     with silkattn.use_backend("cython"):
-        model = llama.load(files["llama-Q4_1"], activations="int8")
+        model = llama.load(files[name], activations="int8")
         lengths = (1, 2, 3, 5, 7, 8, 9, 12, 16, 17, 20, 25, 30)
         prompts = [list(rng.integers(3, model.config.vocab, n)) for n in lengths]
         logits = _step_logits(batch.Batch(model, max_batch=16), prompts, 10)

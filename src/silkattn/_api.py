@@ -230,6 +230,14 @@ QX_ROWS = 4
 Q8_ROWS = 16
 
 
+def few_rows(W):  # -> int
+    """The most rows of X that linear(X, W) multiplies in W's few-row kernels (past it, a GEMM, whose
+    sums may differ in the last bits from those of a row alone)."""
+    if isinstance(W, QuantizedMatrix):
+        return Q8_ROWS if W.q8 else FEW_ROWS
+    return LINEAR_ROWS
+
+
 def _product_shape(X, W, x_name, w_name):
     """(k, n) of X (..., k) times W (k, n); a ValueError naming the operand that does not fit."""
     if X.ndim == 0:

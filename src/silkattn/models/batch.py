@@ -10,7 +10,9 @@ ones join while fewer than max_batch run and the pool can hold their prompt and 
 tokens (reserved then, so that a running sequence never runs out of pages: one that would not fit
 waits, it neither fails nor takes another's), the joining prompts prefilled together to their
 first tokens (Llama._prefill_batch: packed end to end, one pass over the weights, up to
-PREFILL_ROWS rows, each prompt's keys and values written straight to its pages); then every
+PREFILL_ROWS rows, each prompt's keys and values written straight to its pages; a prompt short
+enough that generate multiplies its rows in the few-row kernels is packed only with such prompts,
+up to that many rows in all, so that its products sum as generate's do); then every
 sequence already running writes one token, all of them in one pass over the weights
 (Llama._run_batch: the few-rows kernels or the GEMM over B rows, the attention of each over its own
 pages). Where every running sequence fits in one page (its prompt and all its new tokens), the step
@@ -26,7 +28,7 @@ import time
 
 import numpy as np
 
-from .. import _aligned
+from .. import _aligned, _api
 from .. import _checks as check
 from .. import reference as ref
 
@@ -211,11 +213,18 @@ class Batch:
             joining.remove(seq)
             old.append(seq)
             self.stats["prompt_tokens"] += 1
-        while joining:  # their prompts packed, PREFILL_ROWS rows a pass at most
-            rows, n = len(joining[0].ids), 1
-            while n < len(joining) and rows + len(joining[n].ids) <= PREFILL_ROWS:
-                rows, n = rows + len(joining[n].ids), n + 1
-            group, joining = joining[:n], joining[n:]
+        few = _api.few_rows(self.model.layers[0].products[0])
+        while joining:  # their prompts packed: short ones (few rows) together, long ones together
+            short = len(joining[0].ids) <= few
+            group, rest, rows = [], [], 0
+            for seq in joining:
+                if not group or (len(seq.ids) <= few) == short \
+                        and rows + len(seq.ids) <= (few if short else PREFILL_ROWS):
+                    group.append(seq)
+                    rows += len(seq.ids)
+                else:
+                    rest.append(seq)
+            joining = rest
             start = time.perf_counter()
             for seq in group:
                 for _ in range(self.pool.pages_for(len(seq.ids))):
