@@ -443,11 +443,9 @@ static inline void sa_rows_norm(int isa, const sa_layer *L, const sa_rows *R, co
     for (int64_t r = 0; r < R->m; r++) sa_layer_norm(isa, N, R->x + r * L->d, L->eps, R->hn + r * L->d, L->d);
 }
 
-static void sa_layer_run_rows(int isa, const sa_layer *L, const sa_rows *R, int num_threads) {
-    (void)num_threads;
-#ifdef _OPENMP
-#pragma omp parallel num_threads(num_threads)
-#endif
+/* The rows through one layer, the team's share of each stage (inside a parallel region; the last
+ * stage's loop ends in a barrier, so the next layer may follow at once) */
+static void sa_layer_rows_body(int isa, const sa_layer *L, const sa_rows *R) {
     {
         const int64_t m = R->m, d = L->d, h = L->h, hkv = L->h_kv, dh = L->dh, nh = h + 2 * hkv;
         const int64_t dff = L->down.k, half = dh / 2, group = h / hkv;
@@ -502,5 +500,23 @@ static void sa_layer_run_rows(int isa, const sa_layer *L, const sa_rows *R, int 
         }
         sa_rows_product(isa, L, R, &L->down, 1, R->hn, R->y, d);
         sa_rows_residual(isa, L, R, L->post2);
+    }
+}
+
+/* The rows through n layers in turn in one parallel region (one team for all of them, a barrier
+ * between layers, not a new team each): layer l's record Ls[l] over its pools K[l], V[l], its
+ * rows' cache positions at[l] (a window's layers see other keys) and rotary rows cos[l], sin[l]
+ * (NULL: none); R's other fields (the rows, the scratch, sized for the widest layer) shared. */
+static void sa_layers_run_rows(int isa, const sa_layer *Ls, int n, const sa_rows *R, float *const *K,
+                               float *const *V, const int64_t *const *at, const float *const *cos,
+                               const float *const *sin, int num_threads) {
+    (void)num_threads;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(num_threads)
+#endif
+    for (int l = 0; l < n; l++) {
+        sa_rows Rl = *R;
+        Rl.K = K[l], Rl.V = V[l], Rl.at = at[l], Rl.cos = cos[l], Rl.sin = sin[l];
+        sa_layer_rows_body(isa, Ls + l, &Rl);
     }
 }

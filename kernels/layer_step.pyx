@@ -82,7 +82,8 @@ cdef extern from "layer_step.h" nogil:
         float *xs
         float *xd
         int8_t *xq
-    void sa_layer_run_rows(int isa, const sa_layer *L, const sa_rows *R, int num_threads)
+    void sa_layers_run_rows(int isa, const sa_layer *Ls, int n, const sa_rows *R, float **K, float **V,
+                            const int64_t **at, const float **cos, const float **sin, int num_threads)
 
 
 cdef inline const void *_data(a):
@@ -209,58 +210,102 @@ def layer_step(step, float[::1] x, Py_ssize_t pos, int num_threads):
     _run(&L, p.kmax, p.nmax, num_threads)
 
 
-def layer_step_rows(step, float[:, ::1] x, const int64_t[:, ::1] at, float[::1] K, float[::1] V,
-                    const float[:, ::1] cos, const float[:, ::1] sin, int num_threads):
-    """The kernel contract's layer_step_rows (silkattn._api): the m rows of x (m, d) in place through
-    the record `step` (a Llama-family layer of block products, checked by the caller), row r a token
-    whose cache is the h_kv * head_stride elements of K and V (a pool of caches laid out as the
-    record's) from at[r, 3], its K and V written at cache row at[r, 0], its query over the at[r, 2]
-    rows from at[r, 1]; cos, sin (m, dh / 2) each row's rotary row (empty: none). What keeps the C
-    code within its arrays is checked here."""
-    cdef _Layer p = step.prepared.get("cython")
-    if p is None:
-        p = step.prepared["cython"] = _Layer(step)
-    cdef sa_layer L = p.L
-    cdef sa_rows R
-    cdef Py_ssize_t m = x.shape[0], r, nbp = (p.kmax // 32 + SA_QCH - 1) // SA_QCH * SA_QCH
-    cdef Py_ssize_t nq = p.nq, nu = p.nu, cache = p.cache, capacity = p.capacity
-    if x.shape[1] != L.d or at.shape[0] != m or at.shape[1] != 4 or K.shape[0] != V.shape[0]:
-        raise ValueError("layer_step_rows: x, at or the pools do not fit the record")
-    for r in range(m):
-        if not (0 <= at[r, 0] < capacity and 0 <= at[r, 1] and 0 < at[r, 2] and at[r, 1] + at[r, 2] <= capacity
-                and 0 <= at[r, 3] and at[r, 3] + cache <= K.shape[0]):
-            raise ValueError(f"layer_step_rows: row {r}'s cache rows or pool offset are out of range")
-    if cos.shape[0] and (cos.shape[0] != m or sin.shape[0] != m or cos.shape[1] != p.half or sin.shape[1] != p.half):
-        raise ValueError("layer_step_rows: cos and sin must be (rows, dh / 2)")
+cdef inline bint _array(a, int typenum, int ndim):
+    """a is a C-contiguous ndarray of that dtype and number of dimensions."""
+    return type(a) is np.ndarray and cnp.PyArray_TYPE(a) == typenum and cnp.PyArray_NDIM(a) == ndim \
+        and cnp.PyArray_IS_C_CONTIGUOUS(a)
+
+
+def layer_step_rows(steps, cnp.ndarray x, ats, Ks, Vs, coss, sins, int num_threads):
+    """The kernel contract's layer_step_rows (silkattn._api): the m rows of x (m, d) float32 in place
+    through the records `steps` in turn (Llama-family layers of block products, checked by the
+    caller), one parallel region for them all: for layer l, row r is a token whose cache is the
+    h_kv * head_stride elements of Ks[l] and Vs[l] (flat float32 pools of caches laid out as the
+    record's) from ats[l][r, 3], its K and V written at cache row ats[l][r, 0], its query over the
+    ats[l][r, 2] rows from ats[l][r, 1]; coss[l], sins[l] (m, dh / 2) each row's rotary row (empty:
+    none). What keeps the C code within its arrays is checked here."""
+    cdef Py_ssize_t n = len(steps), m, r, l, kmax = 1, floats = 0, nbp, d
+    cdef _Layer p
+    cdef cnp.ndarray a, K, V, c, sn
+    cdef const int64_t *ar
+    if n == 0 or not (len(ats) == len(Ks) == len(Vs) == len(coss) == len(sins) == n):
+        raise ValueError("layer_step_rows: one at, pool pair and rotary pair a record")
+    if not _array(x, cnp.NPY_FLOAT32, 2) or not x.flags.writeable:
+        raise ValueError("layer_step_rows: x must be a writeable C-contiguous float32 (rows, d) array")
+    m, d = x.shape[0], x.shape[1]
+    prepared = []
+    for l in range(n):
+        p = steps[l].prepared.get("cython")
+        if p is None:
+            p = steps[l].prepared["cython"] = _Layer(steps[l])
+        prepared.append(p)
+        a, K, V, c, sn = ats[l], Ks[l], Vs[l], coss[l], sins[l]
+        if d != p.L.d or not _array(a, cnp.NPY_INT64, 2) or a.shape[0] != m or a.shape[1] != 4 \
+                or not (_array(K, cnp.NPY_FLOAT32, 1) and _array(V, cnp.NPY_FLOAT32, 1)) \
+                or K.shape[0] != V.shape[0] or not (K.flags.writeable and V.flags.writeable) \
+                or not (_array(c, cnp.NPY_FLOAT32, 2) and _array(sn, cnp.NPY_FLOAT32, 2)):
+            raise ValueError(f"layer_step_rows: x, at, the pools or the rotary rows of layer {l} do not fit its record")
+        ar = <const int64_t *>cnp.PyArray_DATA(a)
+        for r in range(m):
+            if not (0 <= ar[4 * r] < p.capacity and 0 <= ar[4 * r + 1] and 0 < ar[4 * r + 2]
+                    and ar[4 * r + 1] + ar[4 * r + 2] <= p.capacity and 0 <= ar[4 * r + 3]
+                    and ar[4 * r + 3] + p.cache <= K.shape[0]):
+                raise ValueError(f"layer_step_rows: row {r}'s cache rows or pool offset are out of range (layer {l})")
+        if c.shape[0] and (c.shape[0] != m or sn.shape[0] != m or c.shape[1] != p.half or sn.shape[1] != p.half):
+            raise ValueError("layer_step_rows: cos and sin must be (rows, dh / 2)")
+        if p.L.ld_scores != (<_Layer>prepared[0]).L.ld_scores or p.nq != (<_Layer>prepared[0]).nq \
+                or p.nu != (<_Layer>prepared[0]).nu or p.L.h != (<_Layer>prepared[0]).L.h \
+                or p.L.dh != (<_Layer>prepared[0]).L.dh or p.L.down.k != (<_Layer>prepared[0]).L.down.k:
+            raise ValueError("layer_step_rows: the records must have the same sizes")
+        kmax, floats = max(kmax, p.kmax), max(floats, p.rows_floats)
     if m == 0:
         return
-    cdef Py_ssize_t hdh = L.h * L.dh, d = L.d, wide = max(L.d, L.down.k)
+    p = prepared[0]
+    nbp = (kmax // 32 + SA_QCH - 1) // SA_QCH * SA_QCH
+    cdef Py_ssize_t nq = p.nq, nu = p.nu, hdh = p.L.h * p.L.dh, wide = max(d, p.L.down.k)
     # the rows' buffers, kept with the records' shared scratch (one model's layers run one at a time)
-    work = step.scratch.__dict__.get("_rows_work")
-    if work is None or len(work) < m * p.rows_floats:
-        work = np.empty(m * p.rows_floats, np.float32)
-        object.__setattr__(step.scratch, "_rows_work", work)
+    S = steps[0].scratch
+    work = S.__dict__.get("_rows_work")
+    if work is None or len(work) < m * floats:
+        work = np.empty(m * floats, np.float32)
+        object.__setattr__(S, "_rows_work", work)
     cdef float[::1] w = work
-    R.m, R.x, R.K, R.V, R.at = m, &x[0, 0], &K[0], &V[0], &at[0, 0]
-    R.cos, R.sin = NULL, NULL
-    if cos.shape[0]:
-        R.cos, R.sin = &cos[0, 0], &sin[0, 0]
+    cdef sa_rows R
+    R.m, R.x = m, <float *>cnp.PyArray_DATA(x)
     R.qkv = &w[0]
     R.a = R.qkv + m * nq
     R.hn = R.a + m * hdh
     R.f = R.hn + m * wide
     R.y = R.f + m * nu
     R.scores = R.y + m * d
+    cdef sa_layer *Ls = <sa_layer *>sa_alloc(n * sizeof(sa_layer))
+    cdef float **Kp = <float **>sa_alloc(n * sizeof(float *))
+    cdef float **Vp = <float **>sa_alloc(n * sizeof(float *))
+    cdef const int64_t **Ap = <const int64_t **>sa_alloc(n * sizeof(int64_t *))
+    cdef const float **Cp = <const float **>sa_alloc(n * sizeof(float *))
+    cdef const float **Sp = <const float **>sa_alloc(n * sizeof(float *))
     R.xs = <float *>sa_alloc(m * nbp * sizeof(float))
     R.xd = <float *>sa_alloc(m * nbp * sizeof(float))
-    R.xq = <int8_t *>sa_alloc(m * p.kmax)
-    if R.xs == NULL or R.xd == NULL or R.xq == NULL:
+    R.xq = <int8_t *>sa_alloc(m * kmax)
+    try:
+        if not (Ls and Kp and Vp and Ap and Cp and Sp and R.xs and R.xd and R.xq):
+            raise MemoryError("a layer step of rows could not allocate its scratch")
+        for l in range(n):
+            Ls[l] = (<_Layer>prepared[l]).L
+            Kp[l], Vp[l] = <float *>cnp.PyArray_DATA(Ks[l]), <float *>cnp.PyArray_DATA(Vs[l])
+            Ap[l] = <const int64_t *>cnp.PyArray_DATA(ats[l])
+            c = coss[l]
+            Cp[l] = <const float *>cnp.PyArray_DATA(c) if c.shape[0] else NULL
+            Sp[l] = <const float *>cnp.PyArray_DATA(sins[l]) if c.shape[0] else NULL
+        with nogil:
+            sa_layers_run_rows(ISA, Ls, <int>n, &R, Kp, Vp, Ap, Cp, Sp, num_threads)
+    finally:
+        free(Ls)
+        free(Kp)
+        free(Vp)
+        free(Ap)
+        free(Cp)
+        free(Sp)
         free(R.xs)
         free(R.xd)
         free(R.xq)
-        raise MemoryError("a layer step of rows could not allocate its scratch")
-    with nogil:
-        sa_layer_run_rows(ISA, &L, &R, num_threads)
-    free(R.xs)
-    free(R.xd)
-    free(R.xq)

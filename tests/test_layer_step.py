@@ -165,6 +165,33 @@ def test_layer_step_rows_is_each_row_alone(on_backend, threads, rng, case):
         assert on_backend != "numba" or np.array_equal(a, b)
 
 
+@pytest.mark.parametrize("case", ["llama Q4_1 int8", "gemma K-quants int8 window", "gemma ring"])
+def test_layer_step_rows_runs_a_list_of_layers_in_turn(on_backend, rng, case):
+    """A model's layers in one call (a list of records, each over its own pools): bit for bit the
+    layers one call each, the rows and every pool."""
+    layers = [CASES[case](rng) for _ in range(3)]
+    pools = [tuple(rng.standard_normal((7,) + shape).astype(np.float32) for _ in range(2))
+             for _, shape, _ in layers]
+    copies = [(K.copy(), V.copy()) for K, V in pools]
+    steps = [silkattn.ops.layer_step_record(cache=(K[0], V[0]), **record) for (record, _, _), (K, V) in
+             zip(layers, pools)]
+    d = layers[0][2]
+    X = rng.standard_normal((5, d)).astype(np.float32)
+    positions, pages = np.array([0, 5, 2, 7, 3]) % steps[0].positions, np.array([4, 0, 6, 2, 5])
+    expected = X.copy()
+    for step, (K, V) in zip(steps, copies):
+        silkattn.ops.layer_step_rows(step, expected, positions, K, V, pages)
+    Ks, Vs = [K for K, _ in pools], [V for _, V in pools]
+    assert silkattn.ops.layer_step_rows(steps, X, positions, Ks, Vs, pages) is X
+    assert np.array_equal(X, expected)
+    for (K, V), (K0, V0) in zip(pools, copies):
+        assert np.array_equal(K, K0) and np.array_equal(V, V0)
+    with pytest.raises(ValueError, match="one pool a record"):
+        silkattn.ops.layer_step_rows(steps, X, positions, Ks[:2], Vs, pages)
+    with pytest.raises(TypeError, match="list"):
+        silkattn.ops.layer_step_rows(steps, X, positions, Ks[0], Vs[0], pages)
+
+
 def test_layer_step_rows_refuses_what_it_cannot_run(rng):
     record, shape, d = CASES["llama Q8_0"](rng)
     K, V = (np.zeros((3,) + shape, np.float32) for _ in range(2))

@@ -57,6 +57,14 @@ result array they may write. The kernel contract (the same for every backend):
                                                          (built and checked by layer_step_record: the
                                                          kernel trusts its fields), this token's K and V
                                                          written at row pos of its cache
+    layer_step_rows(steps, X, ats, Ks, Vs, coss, sins, num_threads)
+                                                         the m rows of X (m, d) float32 in place through
+                                                         the Llama-family records steps in turn, one call
+                                                         for all: for layer l, row r over the cache of
+                                                         the flat pools Ks[l], Vs[l] from ats[l][r, 3]
+                                                         (m, 4 int64: cache row, first key, keys, offset),
+                                                         coss[l], sins[l] (m, dh / 2) its rotary rows
+                                                         (empty: none); optional
     bias_relu(h, b, num_threads)                         h: (rows, n) C-contiguous, in place; b: (n,)
     bias_gelu(h, b, num_threads)                         the same, h = gelu(h + b)
     add_layer_norm(x, r, g, b, eps, s, out, num_threads) s = x + r, out = layer_norm(s); all (rows, n)
@@ -1546,19 +1554,50 @@ def _address(a):
 
 
 def layer_step_rows(kernels, step, X, positions, K_pages, V_pages, pages):
-    """X (m, d) through one layer in place, row r at positions[r] over page pages[r] of the pools
-    (ops.layer_step_rows): Kernels.layer_step_rows, or each row through the ops over its page."""
+    """X (m, d) through one layer in place, or through the layers of a list of records in turn
+    (K_pages and V_pages then lists of their pools, one pair a record), row r at positions[r] over
+    page pages[r] of the pools (ops.layer_step_rows): one Kernels.layer_step_rows call for all the
+    layers, or each row through the ops over its page."""
+    if isinstance(step, _step_mod.LayerStep):
+        steps, Ks, Vs = [step], [K_pages], [V_pages]
+    elif isinstance(step, (list, tuple)) and isinstance(K_pages, (list, tuple)) \
+            and isinstance(V_pages, (list, tuple)):
+        steps, Ks, Vs = list(step), list(K_pages), list(V_pages)
+        if not steps or len(Ks) != len(steps) or len(Vs) != len(steps):
+            raise ValueError(f"K_pages and V_pages must be lists of one pool a record ({len(steps)} "
+                             f"records), got {len(Ks)} and {len(Vs)}")
+    else:
+        raise TypeError(f"step must be a LayerStep (silkattn.ops.layer_step_record) or a list of them "
+                        f"(K_pages and V_pages then lists too), got {type(step).__name__}")
+    d = getattr(steps[0], "d", None)
+    if type(X) is not np.ndarray or X.dtype != _F32 or X.ndim != 2 or X.shape[1] != d \
+            or not X.flags.c_contiguous or not X.flags.writeable:
+        raise ValueError(f"X must be a writeable C-contiguous float32 array of shape (rows, {d}), got "
+                         f"{type(X).__name__} {getattr(X, 'dtype', '')} {getattr(X, 'shape', '')}")
+    rows, last = [], None
+    for L, K, V in zip(steps, Ks, Vs):
+        rows.append(_layer_rows(L, X, positions, K, V, pages, last))
+        last = L, rows[-1]
+    if kernels.layer_step_rows is None:
+        for L, K, V, (positions_, pages_, *_) in zip(steps, Ks, Vs, rows):
+            _layer_step_rows_ops(kernels, L, X, positions_, K, V, pages_)
+        return X
+    kernels.layer_step_rows(steps, X, [r[2] for r in rows], [K.reshape(-1) for K in Ks],
+                            [V.reshape(-1) for V in Vs], [r[3] for r in rows], [r[4] for r in rows],
+                            threads_for(max(L.work for L in steps), LINEAR_WORK))
+    return X
+
+
+def _layer_rows(step, X, positions, K_pages, V_pages, pages, last):  # -> positions, pages, at, cos, sin
+    """One record's part of layer_step_rows, checked (last: the previous record and its result, whose
+    rotary rows are taken again where the tables are the same)."""
     if not isinstance(step, _step_mod.LayerStep):
         raise TypeError(f"step must be a LayerStep (silkattn.ops.layer_step_record), "
                         f"got {type(step).__name__}")
-    if step.post_norm or step.has_cross or not step.gated \
+    if step.post_norm or step.has_cross or not step.gated or step.d != X.shape[1] \
             or any(P.kind == _step_mod.DENSE for P in step.products):
         raise ValueError("step must be a Llama-family layer's record (block products, pre-norm, a gated "
-                         "feed-forward, no cross-attention) for layer_step_rows")
-    if type(X) is not np.ndarray or X.dtype != _F32 or X.ndim != 2 or X.shape[1] != step.d \
-            or not X.flags.c_contiguous or not X.flags.writeable:
-        raise ValueError(f"X must be a writeable C-contiguous float32 array of shape (rows, {step.d}), got "
-                         f"{type(X).__name__} {getattr(X, 'dtype', '')} {getattr(X, 'shape', '')}")
+                         "feed-forward, no cross-attention; all of X's width) for layer_step_rows")
     page_shape = (step.h_kv, step.capacity, step.dh)
     for name, a in (("K_pages", K_pages), ("V_pages", V_pages)):
         if type(a) is not np.ndarray or a.dtype != _F32 or a.ndim != 4 or a.shape[1:] != page_shape \
@@ -1569,33 +1608,32 @@ def layer_step_rows(kernels, step, X, positions, K_pages, V_pages, pages):
                              f"{getattr(a, 'shape', type(a).__name__)}")
     if K_pages.shape != V_pages.shape:
         raise ValueError(f"V_pages must have K_pages' shape {K_pages.shape}, got {V_pages.shape}")
-    positions, pages, at, cos, sin = _rows_of(step, positions, pages, len(X), len(K_pages))
+    same = last is not None and last[0].cos is step.cos and last[0].sin is step.sin
+    tables = last[1][3:] if same else None
+    positions, pages, at, cos, sin = _rows_of(step, positions, pages, len(X), len(K_pages), tables)
     # X's range against the pools' and scratch's, checked once while the same arrays come back
     seen = (_address(X), X.nbytes, _address(K_pages), _address(V_pages), K_pages.nbytes)
     if step.prepared.get("rows_x") != seen:
         if any(np.may_share_memory(X, a) for a in (K_pages, V_pages, *step.scratch.arrays)):
             raise ValueError("X must not overlap the pools or the step's scratch")
         step.prepared["rows_x"] = seen
-    if kernels.layer_step_rows is None:
-        _layer_step_rows_ops(kernels, step, X, positions, K_pages, V_pages, pages)
-        return X
-    kernels.layer_step_rows(step, X, at, K_pages.reshape(-1), V_pages.reshape(-1), cos, sin,
-                            threads_for(step.work, LINEAR_WORK))
-    return X
+    return positions, pages, at, cos, sin
 
 
 _NO_ROWS = np.zeros((0, 1), np.float32)
 
 
-def _rows_of(step, positions, pages, m, n_pages):  # -> positions, pages, at (m, 4), cos, sin
+def _rows_of(step, positions, pages, m, n_pages, tables=None):  # -> positions, pages, at (m, 4), cos, sin
     """layer_step_rows' checked rows and what the kernel reads of them: at[r] = the cache row of
     positions[r], the first row its query sees, the rows seen, and its page's first element; cos,
-    sin: its rotary rows. The checks and at are kept by value (silkattn._cache, read-only): every
-    layer of a batch's step passes the same rows."""
+    sin: its rotary rows (tables: those already taken from the same tables). The checks and at are
+    kept by value (silkattn._cache, read-only): every layer of a batch's step passes the same rows."""
     positions, pages = (_index_rows(a, name, m) for a, name in ((positions, "positions"), (pages, "pages")))
     key = ("layer_step_rows", positions.tobytes(), pages.tobytes(), n_pages, step.positions, step.ring,
            step.window, step.capacity, step.h_kv, step.dh)
     positions, pages, at = _cache.get(key, lambda: _checked_rows(step, positions, pages, m, n_pages))
+    if tables is not None:
+        return (positions, pages, at, *tables)
     rope = step.cos.size != 0
     return (positions, pages, at, *(t[positions] if rope else _NO_ROWS for t in (step.cos, step.sin)))
 

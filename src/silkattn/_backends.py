@@ -57,7 +57,8 @@ class Kernels:
     pack_rows16: Kernel = None      # Q4_K / Q5_0 blocks in groups of 16 rows for linear_qx's and layer_step's
     #                                 int8 products (quant.ROWS16), where this CPU's copy runs them (VNNI)
     layer_step: Kernel = None       # one decoder layer for one token from its record (silkattn._step)
-    layer_step_rows: Kernel = None  # the same for a batch's rows, each over its own cache of a pool
+    layer_step_rows: Kernel = None  # the same for a batch's rows through several layers in one call,
+    #                                 each row over its own cache of a pool
     isa: str = "numpy"              # the instruction set the kernels run with
     openmp: bool = True             # False: built without OpenMP, single-threaded
 

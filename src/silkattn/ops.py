@@ -243,10 +243,12 @@ def layer_step_rows(step, X, positions, K_pages, V_pages, pages):
     """X (m, d) float32, the residual rows of m tokens (a batch's decoding step), each through the
     layer of `step` in place as layer_step would take it alone: row r at position positions[r] over
     its own cache, page pages[r] of K_pages and V_pages (n_pages, h_kv, capacity, d_head: a pool of
-    caches laid out as the record's), its K and V written there. One fused call for all the rows
-    where the backend has one (each product one pass over the weights for the rows), else the ops
-    (each product one call for the rows, each row's attention over its page). A Llama-family record
-    (block products, pre-norm, gated, no cross-attention)."""
+    caches laid out as the record's), its K and V written there. step may be a list of records,
+    the layers run in turn (K_pages and V_pages then lists of their pools, one pair a record). One
+    fused call for all the rows and layers where the backend has one (each product one pass over
+    the weights for the rows), else the ops (each product one call for the rows, each row's
+    attention over its page). Llama-family records (block products, pre-norm, gated, no
+    cross-attention)."""
     return _api.layer_step_rows(_backends.kernels(), step, X, positions, K_pages, V_pages, pages)
 
 

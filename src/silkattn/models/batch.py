@@ -18,7 +18,7 @@ sequence already running writes one token, all of them in one pass over the weig
 pages). Where every running sequence fits in one page (its prompt and all its new tokens), the step
 is the model's fused one instead, a page being laid out as a sequence's own cache: alone, the
 step generate runs (Llama._step); several, the fused step of rows (Llama._step_rows,
-ops.layer_step_rows: one call a layer for all of them). A sequence leaves when it writes EOS
+ops.layer_step_rows: one call for all the layers and rows). A sequence leaves when it writes EOS
 (unless ignore_eos) or its max_new_tokens, or when it is cancelled, and its pages go back to the
 pool at once. Each sequence samples with its own settings and seed (reference.next_token, as
 Llama.generate does), so each one's tokens are those that generate gives it alone.
@@ -264,7 +264,7 @@ class Batch:
 
     def _fused_rows(self, seqs):  # -> logits (B, vocab), or None where the batch's step must run
         """Sequences whose positions each fit in one page take the fused step of rows
-        (Llama._step_rows: one call a layer for all of them, each over its page)."""
+        (Llama._step_rows: one call for all the layers and rows, each over its page)."""
         if not self._one_page(seqs):
             return None
         return self.model._step_rows(self._records(0), np.array([seq.token for seq in seqs]),

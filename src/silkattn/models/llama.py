@@ -348,12 +348,12 @@ class Llama:
         return ops.linear(ops.rms_norm(x[None], self.norm, self.config.eps), self.head)
 
     def _step_rows(self, steps, tokens, positions, pool, pages):  # -> logits (B, vocab)
-        """_run_batch through the fused step of rows (ops.layer_step_rows): token b at positions[b]
-        over page pages[b] of the pool, where each sequence's positions fit in its one page; steps:
-        the records over a page (the pages' layout)."""
+        """_run_batch through the fused step of rows (ops.layer_step_rows, one call for all the layers):
+        token b at positions[b] over page pages[b] of the pool, where each sequence's positions fit
+        in its one page; steps: the records over a page (the pages' layout)."""
         X = np.ascontiguousarray(self._embed(tokens), np.float32)  # (B, d): the residual rows
-        for i, step in enumerate(steps):
-            ops.layer_step_rows(step, X, positions, *pool.layer(i), pages)
+        K, V = zip(*(pool.layer(i) for i in range(len(steps))))
+        ops.layer_step_rows(list(steps), X, positions, list(K), list(V), pages)
         return ops.linear(ops.rms_norm(X, self.norm, self.config.eps), self.head)
 
     # ---- generation

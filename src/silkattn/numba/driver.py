@@ -314,23 +314,28 @@ def layer_step(step, x, pos, num_threads):
     _layer_step.layer_step(t, x, _read_only(x), int(pos), tuple(int(v) for v in step.keys(pos)), nthreads)
 
 
-def layer_step_rows(step, X, at, K, V, cos, sin, num_threads):
+def layer_step_rows(steps, X, ats, Ks, Vs, coss, sins, num_threads):
     """The kernel contract's layer_step_rows (see layer_step.py): the rows of X (m, d) in place
-    through the record step, row r over the cache of the pools K and V (flat) at element at[r, 3]
-    (silkattn._api checked the record, the rows and the pools); the rows' buffers made here, the
-    products' inputs with read-only views (the one-row step's signatures)."""
-    t = step.prepared.get("numba")
-    if t is None:
-        t = step.prepared["numba"] = _step_record(step)
+    through the records steps in turn, row r over the cache of layer l's pools `Ks[l]`, `Vs[l]`
+    (flat) at element `ats[l][r, 3]` (silkattn._api checked the records, the rows and the pools); a
+    kernel call a layer, the rows' buffers made once, the products' inputs with read-only views
+    (the one-row step's signatures)."""
     m = len(X)
     if m == 0:
         return
+    step = steps[0]
     nq, nu, dff = sum(P.n for P in step.qkv), sum(P.n for P in step.up), step.down.k
     Hn, A, G = (np.empty((m, n), np.float32) for n in (step.d, step.h * step.dh, dff))
     work = (Hn, _read_only(Hn), A, _read_only(A), G, _read_only(G), *(np.empty((m, n), np.float32)
                                                                        for n in (nq, nu, step.d)))
-    _layer_step.layer_step_rows(t, X, _read_only(at), (K, V, _read_only(K), _read_only(V)), _read_only(cos),
-                                _read_only(sin), work, _use_threads(num_threads))
+    nthreads = _use_threads(num_threads)
+    for step, at, K, V, cos, sin in zip(steps, ats, Ks, Vs, coss, sins):
+        t = step.prepared.get("numba")
+        if t is None:
+            t = step.prepared["numba"] = _step_record(step)
+        pools = (K, V, _read_only(K), _read_only(V))
+        rotary = _read_only(cos), _read_only(sin)
+        _layer_step.layer_step_rows(t, X, _read_only(at), pools, *rotary, work, nthreads)
 
 
 def _step_record(s):
