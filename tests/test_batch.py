@@ -99,14 +99,16 @@ def _lone_logits(model, ids, new):  # -> each step's logits as generate(ids) wri
     return logits
 
 
-@pytest.mark.parametrize("name", ["llama-Q4_1", "qwen2-Q8_0", "gemma3-window-Q8_0"])
-def test_int8_batches_give_generate_s_logits_to_the_bit(files, name):
-    """cython, int8 activations: 13 prompts of 1 to 30 tokens (more rows than a few-row call's 8),
+@pytest.mark.parametrize("name, activations", [("llama-Q4_1", "int8"), ("qwen2-Q8_0", "int8"),
+                                              ("gemma3-window-Q8_0", "int8"), ("llama-Q4_1", "float32")])
+def test_batches_give_generate_s_logits_to_the_bit(files, name, activations):
+    """cython: 13 prompts of 1 to 30 tokens (more rows than a few-row call's 8),
     default pages: every step's logits of every sequence, bit for bit, those generate's own prefill
     and steps give it: the packed prefill's attention split by path (ops.attention_varlen), its
-    last layer on each prompt's last row alone, prompts of up to Q8_ROWS tokens packed only with
-    each other (generate multiplies their rows in the few-row kernels; the integer GEMM sums Q8_0's
-    offsets in another order), the output head of up to Q8_ROWS rows in the few-row kernels, a
+    last layer on each prompt's last row alone, prompts of up to _api.few_rows tokens packed only
+    with each other (generate multiplies their rows in the few-row kernels; the integer GEMM sums
+    Q8_0's offsets in another order, the float32 GEMM is the BLAS's), the output head of up to
+    Q8_ROWS rows in the few-row kernels, a
     one-token prompt a decoding step at position 0 (generate's prefill of it is the fused step);
     Gemma 3's window (8 positions) shorter than most prompts."""
     import silkattn
@@ -117,7 +119,7 @@ def test_int8_batches_give_generate_s_logits_to_the_bit(files, name):
         pytest.skip("a row's int8 sums are the same in any call on the AVX-512 copy only")
     rng = np.random.default_rng(5)
     with silkattn.use_backend("cython"):
-        model = llama.load(files[name], activations="int8")
+        model = llama.load(files[name], activations=activations)
         lengths = (1, 2, 3, 5, 7, 8, 9, 12, 16, 17, 20, 25, 30)
         prompts = [list(rng.integers(3, model.config.vocab, n)) for n in lengths]
         logits = _step_logits(batch.Batch(model, max_batch=16), prompts, 10)

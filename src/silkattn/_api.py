@@ -238,10 +238,14 @@ QX_ROWS = 4
 Q8_ROWS = 16
 
 
-def few_rows(W):  # -> int
-    """The most rows of X that linear(X, W) multiplies in W's few-row kernels (past it, a GEMM, whose
-    sums may differ in the last bits from those of a row alone)."""
+def few_rows(kernels, W):  # -> int
+    """The most rows of X that linear(X, W) multiplies in W's few-row kernels where past them a GEMM
+    sums a row otherwise (in the last bits); 0 where the two sum alike: int8 Q4_1 rows through the
+    AVX-512 VNNI copy (its integer GEMM adds Q4_1's offsets as the row kernels do; not Q8_0's or
+    Q4_0's; a float32 GEMM is the BLAS's, its own order)."""
     if isinstance(W, QuantizedMatrix):
+        if W.q8 and W.kind == "Q4_1" and kernels.gemm_q8 is not None and kernels.pack_rows16 is not None:
+            return 0
         return Q8_ROWS if W.q8 else FEW_ROWS
     return LINEAR_ROWS
 

@@ -12,7 +12,8 @@ waits, it neither fails nor takes another's), the joining prompts prefilled toge
 first tokens (Llama._prefill_batch: packed end to end, one pass over the weights, up to
 PREFILL_ROWS rows, each prompt's keys and values written straight to its pages; a prompt short
 enough that generate multiplies its rows in the few-row kernels is packed only with such prompts,
-up to that many rows in all, so that its products sum as generate's do); then every
+up to that many rows in all, so that its products sum as generate's do, where a GEMM would sum
+them otherwise: _api.few_rows); then every
 sequence already running writes one token, all of them in one pass over the weights
 (Llama._run_batch: the few-rows kernels or the GEMM over B rows, the attention of each over its own
 pages). Where every running sequence fits in one page (its prompt and all its new tokens), the step
@@ -28,7 +29,7 @@ import time
 
 import numpy as np
 
-from .. import _aligned, _api
+from .. import _aligned, _api, _backends
 from .. import _checks as check
 from .. import reference as ref
 
@@ -213,7 +214,7 @@ class Batch:
             joining.remove(seq)
             old.append(seq)
             self.stats["prompt_tokens"] += 1
-        few = _api.few_rows(self.model.layers[0].products[0])
+        few = max(_api.few_rows(_backends.kernels(), W) for W in self.model.layers[0].products)
         while joining:  # their prompts packed: short ones (few rows) together, long ones together
             short = len(joining[0].ids) <= few
             group, rest, rows = [], [], 0
