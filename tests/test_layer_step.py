@@ -190,6 +190,8 @@ def test_layer_step_rows_runs_a_list_of_layers_in_turn(on_backend, rng, case):
         silkattn.ops.layer_step_rows(steps, X, positions, Ks[:2], Vs, pages)
     with pytest.raises(TypeError, match="list"):
         silkattn.ops.layer_step_rows(steps, X, positions, Ks[0], Vs[0], pages)
+    with pytest.raises(TypeError, match="LayerStep"):
+        silkattn.ops.layer_step_rows([steps[0], "layer"], X, positions, Ks[:2], Vs[:2], pages)
 
 
 def test_layer_step_rows_refuses_what_it_cannot_run(rng):

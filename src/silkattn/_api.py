@@ -1573,7 +1573,11 @@ def layer_step_rows(kernels, step, X, positions, K_pages, V_pages, pages):
     else:
         raise TypeError(f"step must be a LayerStep (silkattn.ops.layer_step_record) or a list of them "
                         f"(K_pages and V_pages then lists too), got {type(step).__name__}")
-    d = getattr(steps[0], "d", None)
+    for L in steps:
+        if not isinstance(L, _step_mod.LayerStep):
+            raise TypeError(f"step must be a LayerStep (silkattn.ops.layer_step_record), got "
+                            f"{type(L).__name__}")
+    d = steps[0].d
     if type(X) is not np.ndarray or X.dtype != _F32 or X.ndim != 2 or X.shape[1] != d \
             or not X.flags.c_contiguous or not X.flags.writeable:
         raise ValueError(f"X must be a writeable C-contiguous float32 array of shape (rows, {d}), got "
@@ -1595,9 +1599,6 @@ def layer_step_rows(kernels, step, X, positions, K_pages, V_pages, pages):
 def _layer_rows(step, X, positions, K_pages, V_pages, pages, last):  # -> positions, pages, at, cos, sin
     """One record's part of layer_step_rows, checked (last: the previous record and its result, whose
     rotary rows are taken again where the tables are the same)."""
-    if not isinstance(step, _step_mod.LayerStep):
-        raise TypeError(f"step must be a LayerStep (silkattn.ops.layer_step_record), "
-                        f"got {type(step).__name__}")
     if step.post_norm or step.has_cross or not step.gated or step.d != X.shape[1] \
             or any(P.kind == _step_mod.DENSE for P in step.products):
         raise ValueError("step must be a Llama-family layer's record (block products, pre-norm, a gated "
