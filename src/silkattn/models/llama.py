@@ -72,8 +72,25 @@ class LlamaLayer:
         return all(isinstance(w, quant.QuantizedMatrix) for w in self.products)
 
 
-def _linear(X, W):  # X (n, k) through a layer's matrix, or its parts side by side
-    return np.concatenate([ops.linear(X, w) for w in W], -1) if isinstance(W, tuple) else ops.linear(X, W)
+def _linear(X, W, out=None):  # X (n, k) through a layer's matrix, or its parts side by side
+    if isinstance(W, tuple):
+        return np.concatenate([ops.linear(X, w) for w in W], -1, out=out)
+    return ops.linear(X, W, out=out)
+
+
+class _Room:
+    """The layer loop's large results, one array a name reused layer after layer. Many rows' arrays
+    are megabytes: made anew each layer, they came as fresh pages from the system, whose faults took
+    6-7% of a prefill of 646 rows (SmolLM2, int8)."""
+
+    def __init__(self):
+        self.arrays = {}
+
+    def __call__(self, name, *shape):  # -> a float32 array of this shape, its contents undefined
+        a = self.arrays.get(name)
+        if a is None or a.shape != shape:
+            a = self.arrays[name] = np.empty(shape, np.float32)
+        return a
 
 
 def _keys(A, table, n):  # -> (h_kv, n, dh): a sequence's first n positions of a pool's K or V
@@ -271,9 +288,9 @@ class Llama:
         alone (the others reach no logit), so that their products are those of so many rows."""
         c = self.config
         n, hq, hkv, dh = len(X), c.h, c.h_kv, c.d_head
-        H = ops.rms_norm(X, self.layers[0].attn_norm, c.eps)
+        H, room = ops.rms_norm(X, self.layers[0].attn_norm, c.eps), _Room()
         for i, L in enumerate(self.layers):
-            qkv = _linear(H, L.wqkv)  # (n, (hq + 2 hkv) dh): Q heads, K heads, V heads
+            qkv = _linear(H, L.wqkv, room("qkv", n, (hq + 2 * hkv) * dh))  # Q heads, K heads, V heads
             if L.bqkv is not None:
                 qkv += L.bqkv
             qk = qkv[:, :(hq + hkv) * dh].reshape(n, hq + hkv, dh).swapaxes(0, 1)  # (hq + hkv, n, dh)
@@ -287,14 +304,17 @@ class Llama:
                 q, X = q[:, last], X[last]
             v = qkv[:, (hq + hkv) * dh:].reshape(n, hkv, dh).swapaxes(0, 1)
             A = attend(i, q, qk[hq:], v)  # (hq, rows, dh)
-            X, H = self._residual(X, _linear(A.swapaxes(0, 1).reshape(len(X), -1), L.wo), L.post_attn_norm,
-                                  L.ffn_norm)
+            rows = len(X)
+            heads = room("heads", rows, hq * dh)  # A's rows, each token's heads side by side
+            heads.reshape(rows, hq, dh)[...] = A.swapaxes(0, 1)
+            X, H = self._residual(X, _linear(heads, L.wo, room("o", rows, c.d)), L.post_attn_norm, L.ffn_norm)
             if isinstance(L.wgu, tuple):  # gate and up as the file's parts: each (n, d_ff), not joined
-                gate, up = (ops.linear(H, W) for W in L.wgu)
+                gate, up = (ops.linear(H, W, out=room(name, rows, c.d_ff)) for W, name in zip(L.wgu, "gu"))
             else:
-                G = ops.linear(H, L.wgu)  # (n, 2 d_ff): gate | up
+                G = ops.linear(H, L.wgu, out=room("gu", rows, 2 * c.d_ff))  # (n, 2 d_ff): gate | up
                 gate, up = G[:, :c.d_ff], G[:, c.d_ff:]
-            F = _linear(ops.gate_mul(gate, up, c.family.activation), L.wd)
+            F = _linear(ops.gate_mul(gate, up, c.family.activation, out=room("a", rows, c.d_ff)), L.wd,
+                        room("f", rows, c.d))
             X, H = self._residual(X, F, L.post_ffn_norm,
                                   self.layers[i + 1].attn_norm if i + 1 < c.n_layers else self.norm)
         return H
