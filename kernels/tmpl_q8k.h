@@ -382,20 +382,46 @@ static inline __attribute__((always_inline)) void SA_FN(sa_q4k16_group)(const in
         const __m512i me = SA_K16_SIX(_mm512_and_si512(ml, m4), mh, ce);
         const __m512i mo = SA_K16_SIX(_mm512_and_si512(_mm512_srli_epi16(ml, 4), m4), mh, co);
 #undef SA_K16_SIX
+        /* m_b sum(q_x)_b summed over the super-block's 8 sub-blocks as 4 vpdpwssd a row: lane l of mp[c]
+         * holds row l's mins of sub-blocks 2c and 2c + 1 as two int16, each row's x the sums of those
+         * two sub-blocks (|sum| <= 32 x 127 fits int16). The same integers as a product a sub-block. */
+        __m512i mp[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            __m128i e8, o8;
+            switch (c) {  /* the lane as a constant (vextracti32x4's immediate) */
+                case 0: e8 = _mm512_castsi512_si128(me), o8 = _mm512_castsi512_si128(mo); break;
+                case 1: e8 = _mm512_extracti32x4_epi32(me, 1), o8 = _mm512_extracti32x4_epi32(mo, 1); break;
+                case 2: e8 = _mm512_extracti32x4_epi32(me, 2), o8 = _mm512_extracti32x4_epi32(mo, 2); break;
+                default: e8 = _mm512_extracti32x4_epi32(me, 3), o8 = _mm512_extracti32x4_epi32(mo, 3); break;
+            }
+            mp[c] = _mm512_or_si512(_mm512_cvtepu8_epi32(e8), _mm512_slli_epi32(_mm512_cvtepu8_epi32(o8), 16));
+        }
         __m512i isum[SA_QROWS], msum[SA_QROWS];
 #pragma GCC unroll 8
-        for (int r = 0; r < M; r++) isum[r] = msum[r] = _mm512_setzero_si512();
+        for (int r = 0; r < M; r++) {
+            /* the 8 sums of 32 (from xb's 16 sums of 16) as int16 pairs: words 0, 1 and 4, 5 of pk */
+            const __m256i s32x = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(xb + r * nx + 16 * i)),
+                                                   _mm256_set1_epi16(1));
+            const __m256i pk = _mm256_packs_epi32(s32x, s32x);
+            __m512i acc = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mp[0],
+                                              _mm512_set1_epi32(_mm256_extract_epi32(pk, 0)));
+            acc = _mm512_dpwssd_epi32(acc, mp[1], _mm512_set1_epi32(_mm256_extract_epi32(pk, 1)));
+            acc = _mm512_dpwssd_epi32(acc, mp[2], _mm512_set1_epi32(_mm256_extract_epi32(pk, 4)));
+            msum[r] = _mm512_dpwssd_epi32(acc, mp[3], _mm512_set1_epi32(_mm256_extract_epi32(pk, 5)));
+            isum[r] = _mm512_setzero_si512();
+        }
 #pragma GCC unroll 8
         for (int sb = 0; sb < 8; sb++) {
-            const __m512i s6 = sb & 1 ? so : se, m6 = sb & 1 ? mo : me;
-            __m128i s8, m8;
+            const __m512i s6 = sb & 1 ? so : se;
+            __m128i s8;
             switch (sb / 2) {  /* the lane as a constant (vextracti32x4's immediate) */
-                case 0: s8 = _mm512_castsi512_si128(s6), m8 = _mm512_castsi512_si128(m6); break;
-                case 1: s8 = _mm512_extracti32x4_epi32(s6, 1), m8 = _mm512_extracti32x4_epi32(m6, 1); break;
-                case 2: s8 = _mm512_extracti32x4_epi32(s6, 2), m8 = _mm512_extracti32x4_epi32(m6, 2); break;
-                default: s8 = _mm512_extracti32x4_epi32(s6, 3), m8 = _mm512_extracti32x4_epi32(m6, 3); break;
+                case 0: s8 = _mm512_castsi512_si128(s6); break;
+                case 1: s8 = _mm512_extracti32x4_epi32(s6, 1); break;
+                case 2: s8 = _mm512_extracti32x4_epi32(s6, 2); break;
+                default: s8 = _mm512_extracti32x4_epi32(s6, 3); break;
             }
-            const __m512i s32 = _mm512_cvtepu8_epi32(s8), m32 = _mm512_cvtepu8_epi32(m8);
+            const __m512i s32 = _mm512_cvtepu8_epi32(s8);
             __m512i a[SA_QROWS];
 #pragma GCC unroll 8
             for (int r = 0; r < M; r++) a[r] = _mm512_setzero_si512();
@@ -413,11 +439,7 @@ static inline __attribute__((always_inline)) void SA_FN(sa_q4k16_group)(const in
                 }
             }
 #pragma GCC unroll 8
-            for (int r = 0; r < M; r++) {
-                const int16_t *bs = xb + r * nx + 16 * i + 2 * sb;
-                isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(a[r], s32));
-                msum[r] = _mm512_add_epi32(msum[r], _mm512_mullo_epi32(m32, _mm512_set1_epi32(bs[0] + bs[1])));
-            }
+            for (int r = 0; r < M; r++) isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(a[r], s32));
         }
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
         const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)));
