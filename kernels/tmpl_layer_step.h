@@ -30,8 +30,8 @@ static void SA_FN(sa_decode_head)(const SA_T *q, const SA_T *K, const SA_T *V, i
     /* Rows asked for ahead: a lone stream of rows keeps few lines in flight, and the cache of a
      * batch's rows comes from memory. The first keys' rows before the loop, then the next keys' rows
      * and these keys' values, into L2 (locality 2): into L1 (3), the requests waited for L1's few
-     * miss buffers, and the attention of a batch's step read 8 GB/s from memory a thread; into L2,
-     * 10-11 GB/s (one thread) and 19-23 GB/s against 13-14 (two), Zen 4. */
+     * miss buffers: a C copy of this head over SmolLM2's caches (8 rows, from memory) read 8 GB/s on
+     * one thread and 12-14 on two; into L2, 10-11 and 19-23 (Zen 4). */
     for (int64_t u = 0; u < SA_VL && u < n; u++)
         for (int64_t c = 0; c < dh; c += 64 / SA_TBYTES) __builtin_prefetch(K + u * ldk + c, 0, 2);
     for (; t < nv; t += SA_VL) {
