@@ -17,7 +17,8 @@ def files(tmp_path_factory):
     root = tmp_path_factory.mktemp("batch")
     paths = {"llama-Q4_1": ("Q4_1", {}), "mqa-F16": ("F16", {"h": 8, "h_kv": 1, "n_layers": 3}),
              "qwen2-Q8_0": ("Q8_0", {"arch": "qwen2"}),
-             "gemma3-window-Q8_0": ("Q8_0", {"arch": "gemma3", "n_layers": 3, "window": 8, "d_head": 24})}
+             "gemma3-window-Q8_0": ("Q8_0", {"arch": "gemma3", "n_layers": 3, "window": 8, "d_head": 24}),
+             "gemma3-window-48-Q8_0": ("Q8_0", {"arch": "gemma3", "n_layers": 3, "window": 48, "d_head": 24})}
     for name, (kind, kw) in paths.items():
         paths[name] = str(root / f"{name}.gguf")
         llama_files.write(paths[name], kind, context=96, **kw)
@@ -81,12 +82,15 @@ def test_batch_of_int8_activations_follows_the_model(files, on_backend):
         assert len(s.new) == 12 and np.abs(np.array(logits[s]) - expected).max() < 0.1
 
 
-def _step_logits(runner, prompts, new):  # -> {sequence: each step's logits}, the batch run to its end
+def _step_logits(runner, prompts, new, later=()):  # -> {sequence: each step's logits}, run to the end
+    """later: prompts submitted one a step after the first step."""
     logits = {runner.submit(p, new, ignore_eos=True): [] for p in prompts}
-    next_token = runner._next
+    next_token, later = runner._next, list(later)
     runner._next = lambda seq, row: (logits[seq].append(np.array(row)), next_token(seq, row))[1]
     while not runner.idle:
         runner.step()
+        if later:
+            logits[runner.submit(later.pop(0), new, ignore_eos=True)] = []
     return logits
 
 
@@ -127,6 +131,88 @@ def test_batches_give_generate_s_logits_to_the_bit(files, name, activations):
             lone = _lone_logits(model, s.ids, s.new)
             assert len(logits[s]) == len(lone) == 10
             assert all(np.array_equal(a, b) for a, b in zip(logits[s], lone)), len(s.ids)
+
+
+def _sharing_prompts(rng, vocab):  # prompts that share prefixes of many lengths, as chats share a template
+    base = list(rng.integers(3, vocab, 30))
+    tails = [list(rng.integers(3, vocab, n)) for n in (0, 9, 3, 16, 2, 0, 9, 12, 0, 5)]
+    heads = (30, 12, 30, 1, 20, 7, 25, 30, 3, 2)
+    prompts = [base[:h] + t for h, t in zip(heads, tails)]
+    return prompts + [prompts[3][:2], prompts[1] + [7], base[:5]]
+
+
+@pytest.mark.parametrize("name, activations", [("llama-Q4_1", "int8"), ("gemma3-window-48-Q8_0", "int8"),
+                                              ("gemma3-window-Q8_0", "int8"), ("llama-Q4_1", "float32"),
+                                              ("qwen2-Q8_0", "int8")])
+def test_prompts_of_one_prefill_share_their_common_prefix_to_the_bit(files, name, activations):
+    """cython: prompts that share prefixes (a whole prompt, all but a token, one token, a prefix of
+    a prefix) prefilled together: each takes the rows of its longest prefix in common with an
+    earlier one instead of multiplying its own, and every step's logits are still, bit for bit,
+    those generate gives it alone (long ones with a GEMM, short ones in the few-row kernels, each
+    class sharing only within itself). Prompts of up to 8 tokens (the attention's rows path here)
+    and those longer than a window (Gemma 3's 8) compute their rows alone."""
+    import silkattn
+    if not silkattn.backends()["cython"].startswith("available"):
+        pytest.skip("the cython backend is not built")
+    import silkattn.cython
+    if silkattn.cython.ISA != "avx512":
+        pytest.skip("a row's int8 sums are the same in any call on the AVX-512 copy only")
+    with silkattn.use_backend("cython"):
+        model = llama.load(files[name], activations=activations)
+        prompts = _sharing_prompts(np.random.default_rng(8), model.config.vocab)
+        runner = batch.Batch(model, max_batch=16)
+        logits = _step_logits(runner, prompts, 6)
+        for s in logits:
+            lone = _lone_logits(model, s.ids, s.new)
+            assert all(np.array_equal(a, b) for a, b in zip(logits[s], lone)), len(s.ids)
+        assert runner.stats["prompt_tokens"] == sum(map(len, prompts))
+        # in waves: the later prompts take positions from the sequences running (their pages)
+        runner = batch.Batch(model, max_batch=16)
+        waves = _step_logits(runner, prompts[:1], 6, later=prompts[1:])
+        for s in waves:
+            lone = _lone_logits(model, s.ids, s.new)
+            assert all(np.array_equal(a, b) for a, b in zip(waves[s], lone)), len(s.ids)
+        if name == "gemma3-window-Q8_0":
+            assert runner.stats["shared_tokens"] == 0
+        else:  # the 30 common positions, several times (float32: fewer, each class apart)
+            assert runner.stats["shared_tokens"] > 30
+
+
+@pytest.mark.parametrize("name", ["llama-Q4_1", "mqa-F16", "gemma3-window-48-Q8_0"])
+def test_prompts_sharing_prefixes_are_generate_one_at_a_time(files, name, on_backend, threads):
+    """Every backend: prompts that share prefixes, prefilled together, write generate's tokens."""
+    model = llama.load(files[name])
+    prompts = _sharing_prompts(np.random.default_rng(8), model.config.vocab)
+    alone = [model.generate(p, 8, ignore_eos=True) for p in prompts]
+    assert model.generate_batch(prompts, 8, ignore_eos=True, max_batch=16) == alone
+    assert (model.stats["shared_tokens"] > 50) == _backends_attention()
+    # four at a time: each joins as another leaves and shares with those running
+    assert model.generate_batch(prompts, 8, ignore_eos=True, max_batch=4) == alone
+    assert (model.stats["shared_tokens"] > 30) == _backends_attention()
+
+
+def _backends_attention():  # whether the current backend has a compiled attention (sharing needs one)
+    from silkattn import _backends
+    return _backends.kernels().attention is not None
+
+
+def test_shares_finds_each_prompt_s_longest_common_prefix():
+    ids = [np.array(p) for p in ([1, 2, 3, 4], [1, 2, 9], [1, 2, 3, 4, 5], [1, 2, 3, 4], [7, 1], [1],
+                                 [1, 2, 3])]
+    # the last token is never shared: a prompt needs its own last row's logits
+    assert batch.shares(ids) == [None, (0, 2), (0, 4), (0, 3), None, None, (0, 2)]
+    assert batch.shares(ids[:2] + ids[4:6]) == [None, (0, 2), None, None]
+    assert batch.shares([np.array([1, 2]), np.array([3, 2])]) is None
+    # long prompts multiplied by a GEMM: not below `few` rows left, which the few-row kernels would take
+    assert batch.shares(ids[:4], few=6) == [None, (0, 2), (0, 4), (0, 3)]  # 16 rows, 9 shared
+    assert batch.shares(ids[:4], few=7) == [None, (0, 2), (0, 4), (0, 2)]
+    assert batch.shares(ids[:4], few=9) == [None, (0, 2), (0, 4), None]
+    assert batch.shares(ids[:4], few=15) is None
+    # sequences prefilled before come first: a < len(prior) names one of them
+    assert batch.shares([np.array([1, 2, 9, 9, 5]), ids[2]], prior=[ids[0], np.array([1, 2, 9, 9])]) == \
+        [(1, 4), (0, 4)]
+    # each prompt up to what most() allows; one that may share none is no one's source
+    assert batch.shares(ids, most=lambda n: max(0, n - 3)) == [None, None, (0, 2), (0, 1), None, None, None]
 
 
 def test_each_sequence_samples_with_its_own_settings_and_seed(files):

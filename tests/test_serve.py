@@ -101,6 +101,41 @@ def test_completion_is_model_complete(server, client):
     assert r.choices[0].text == model.complete("the cat", 12)
     assert r.usage.prompt_tokens == len(model.prompt_ids("the cat")) and r.usage.completion_tokens == 12
     assert r.usage.total_tokens == r.usage.prompt_tokens + 12 and r.choices[0].finish_reason == "length"
+    assert r.usage.prompt_tokens_details.cached_tokens == 0  # alone: no other sequence's keys to take
+
+
+def test_a_prompt_takes_the_keys_of_one_running_and_says_so(path):
+    """The engine held on A's first token while B, whose prompt begins as A's, comes: B's prefill
+    copies the keys of their common positions from A's pages (its first event says how many: the
+    usage's prompt_tokens_details.cached_tokens) and writes what generate writes for it alone."""
+    model = llama.load(path)
+    if not model._shareable(40):
+        pytest.skip("the backend's attention takes no prompt's keys from another (no compiled kernel)")
+    engine, go, events = serve.Engine(model, max_batch=4), threading.Event(), {"a": [], "b": []}
+
+    def sink_a(event):
+        events["a"].append(event)
+        if event[0] == "token" and len(events["a"]) == 2:
+            go.wait(TIMEOUT)
+
+    base = list(range(3, 40))
+    try:
+        engine.submit(base + [50], 40, {"ignore_eos": True}, sink_a)
+        deadline = time.time() + TIMEOUT
+        while len(events["a"]) < 2:
+            assert time.time() < deadline
+            time.sleep(0.01)
+        engine.submit(base + [60, 61], 6, {"ignore_eos": True}, events["b"].append)
+        go.set()
+        while not events["b"] or events["b"][-1][0] != "done":
+            assert time.time() < deadline
+            time.sleep(0.01)
+    finally:
+        go.set()
+        engine.stop()
+    assert events["a"][0] == ("cached", 0) and events["b"][0][0] == "cached"
+    assert 0 < events["b"][0][1] <= len(base)
+    assert [v for e, v in events["b"] if e == "token"] == model.generate(base + [60, 61], 6, ignore_eos=True)
 
 
 @pytest.mark.parametrize("messages", MESSAGES, ids=["user", "system", "turns"])

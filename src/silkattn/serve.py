@@ -47,7 +47,9 @@ class RequestError(Exception):
 
 class Engine:
     """The model's one thread: submit() and cancel() from any thread; each sequence's events go to
-    its sink (called on the engine thread): ("token", id) as it is written, then ("done", reason)."""
+    its sink (called on the engine thread): ("cached", positions of its prompt whose keys another
+    sequence's prefill gave it) before its first token, ("token", id) as each is written, then
+    ("done", reason)."""
 
     def __init__(self, model, max_batch=16, cache_tokens=None):
         self.model = model
@@ -107,6 +109,8 @@ class Engine:
                         self.batch.cancel(seq)
                         seq.finish_reason = f"failed: {type(e).__name__}: {e}"
                 for seq, token in written:
+                    if len(seq.new) == 1:  # its first token: the prompt's positions taken from another's
+                        self._sinks[seq](("cached", seq.shared))
                     self._sinks[seq](("token", token))
             for handle, seq in list(seqs.items()):
                 if seq.done:
@@ -292,14 +296,17 @@ class _Reply:
         self.server, self.chat, self.handle, self.events, self.text = server, chat, handle, events, text
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         self.created, self.kind = int(time.time()), "chat.completion" if chat else "text_completion"
-        self.usage = {"prompt_tokens": prompt_tokens, "completion_tokens": 0, "total_tokens": prompt_tokens}
+        self.usage = {"prompt_tokens": prompt_tokens, "completion_tokens": 0, "total_tokens": prompt_tokens,
+                      "prompt_tokens_details": {"cached_tokens": 0}}
 
     async def pieces(self):  # -> (piece of text, finish_reason or None) as the tokens come
         reason = None
         try:
             while reason is None:
                 what, value = await self.events.get()
-                if what == "token":
+                if what == "cached":  # OpenAI's field for the prompt tokens served from a cache
+                    self.usage["prompt_tokens_details"] = {"cached_tokens": value}
+                elif what == "token":
                     self.usage["completion_tokens"] += 1
                     piece = self.text.add(value)
                     if self.text.stopped:

@@ -13,7 +13,10 @@ first tokens (Llama._prefill_batch: packed end to end, one pass over the weights
 PREFILL_ROWS rows, each prompt's keys and values written straight to its pages; a prompt short
 enough that generate multiplies its rows in the few-row kernels is packed only with such prompts,
 up to that many rows in all, so that its products sum as generate's do, where a GEMM would sum
-them otherwise: _api.few_rows); then every
+them otherwise: _api.few_rows). A joining prompt that begins as a running sequence's prompt or an
+earlier one of its prefill (a chat template's system prompt) copies the keys and values of their
+common positions and multiplies only its other rows (shares: where those are the same bits its own
+rows would give, Llama._shareable); then every
 sequence already running writes one token, all of them in one pass over the weights
 (Llama._run_batch: the few-rows kernels or the GEMM over B rows, the attention of each over its own
 pages). Where every running sequence fits in one page (its prompt and all its new tokens), the step
@@ -46,6 +49,34 @@ def one_page(positions):
     step, can part from generate's greedy tokens after some tens of tokens."""
     positions = check.count(positions, "positions")
     return positions if positions <= PAGE_KEYS else -(-positions // PAGE_KEYS) * PAGE_KEYS
+
+
+def shares(prompts, few=None, most=None, prior=()):  # -> [None or (a, p)] for Llama._prefill_batch, or None
+    """Each prompt's longest prefix in common with a sequence prefilled before (prior: their
+    prompts, a < len(prior)) or an earlier prompt of the same prefill (a - len(prior)): (a, p), its
+    first p positions that sequence's (a chat template's system prompt, a corpus's instructions).
+    most(n): the most positions a prompt of n positions may share (Llama._shareable: where its
+    rows are computed as in any other such prompt, to the bit), by default all but its last, whose
+    logits it needs; a sequence that may share none is no one's source either. few: where the
+    prompts are longer than _api.few_rows and so multiplied by a GEMM, the last ones share less so
+    that more than `few` rows are left to multiply (the few-row kernels would take fewer, summing
+    otherwise); None where none shares."""
+    sources = list(prior) + list(prompts)
+    limit = [len(ids) - 1 if most is None else min(len(ids) - 1, most(len(ids))) for ids in sources]
+    out = [None] * len(prompts)
+    for b, ids in enumerate(prompts):
+        for a in range(len(prior) + b):
+            m = min(len(sources[a]), limit[len(prior) + b]) if limit[a] > 0 else 0
+            differ = np.flatnonzero(sources[a][:m] != ids[:m])
+            p = int(differ[0]) if len(differ) else m
+            if p > (out[b] or (0, 0))[1]:
+                out[b] = (a, p)
+    need = 0 if few is None else few + 1 - (sum(map(len, prompts)) - sum(p for _, p in filter(None, out)))
+    for b in reversed(range(len(out))):  # the last ones share less, so that more than few rows are left
+        if need > 0 and out[b]:
+            cut = min(need, out[b][1])
+            out[b], need = (out[b][0], out[b][1] - cut) if cut < out[b][1] else None, need - cut
+    return out if any(out) else None
 
 
 class KVPool:
@@ -122,6 +153,7 @@ class Sequence:
     new: list = dataclasses.field(default_factory=list)  # the tokens written so far
     pages: list = dataclasses.field(default_factory=list)  # its pages, in order of position
     reserved: int = 0          # pages promised to it, not yet taken
+    shared: int = 0            # its first positions whose keys it took from another sequence (shares)
     finish_reason: str = None  # "stop" (EOS), "length" (max_new_tokens) or "cancelled"; None while it runs
 
     @property
@@ -157,7 +189,7 @@ class Batch:
         self.waiting, self.running = [], []
         self._steps = {}  # page -> the fused step's records over it (_lone)
         self.stats = {"steps": 0, "prompt_tokens": 0, "new_tokens": 0, "prefill_s": 0.0, "decode_s": 0.0,
-                      "batch_rows": 0}
+                      "batch_rows": 0, "shared_tokens": 0}
 
     @property
     def idle(self):
@@ -231,10 +263,19 @@ class Batch:
                 for _ in range(self.pool.pages_for(len(seq.ids))):
                     seq.pages.append(self.pool.take())
                     seq.reserved -= 1
+            # sources: the sequences running, prefilled (not one-token prompts) in this group's class
+            prior = [seq for seq in self.running if seq.pages and len(seq.ids) > 1 and seq not in group
+                     and (len(seq.ids) <= few) == short]
+            shared = shares([seq.ids for seq in group], None if short else few, self.model._shareable,
+                            [seq.ids for seq in prior])
             logits = self.model._prefill_batch([seq.ids for seq in group], self.pool,
-                                               [seq.pages for seq in group])
+                                               [seq.pages for seq in group], shared,
+                                               [seq.pages for seq in prior])
             self.stats["prefill_s"] += time.perf_counter() - start
             self.stats["prompt_tokens"] += rows
+            for seq, share in zip(group, shared or ()):
+                seq.shared = share[1] if share else 0
+                self.stats["shared_tokens"] += seq.shared
             written += [(seq, self._next(seq, row)) for seq, row in zip(group, logits)]
         if old:
             start = time.perf_counter()

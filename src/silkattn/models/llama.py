@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from .. import _aligned, ops, quant
+from .. import _aligned, _backends, _plan, ops, quant
 from .. import _checks as check
 from .. import reference as ref
 from . import batch, gguf
@@ -95,6 +95,33 @@ class _Room:
 
 def _keys(A, table, n):  # -> (h_kv, n, dh): a sequence's first n positions of a pool's K or V
     return A[table[0]][:, :n] if len(table) == 1 else np.concatenate(list(A[np.asarray(table)]), 1)[:, :n]
+
+
+def _shared_rows(cu, shared, where, prior, P):  # -> (own, taken, roots, cu_q)
+    """Packed prompts (rows cu[b] .. cu[b + 1]), where[j] = (page, slot) of packed position j, of
+    which some take their first p positions from another sequence (shared[b] = (a, p): a sequence
+    of `prior`, page tables of sequences prefilled before, for a < len(prior), else the packed
+    prompt a - len(prior) < b): own, the packed positions computed (computed row r is position
+    own[r]); taken, the others; roots (2, len(taken)), the page and slot whose keys and values
+    each taken position copies (a computed one's, or a prior sequence's); cu_q, the computed rows'
+    bounds, prompt by prompt."""
+    page, slot = where  # P: positions a page
+    root_page, root_slot = page.copy(), slot.copy()
+    own, taken, cu_q = [], [], [0]
+    for b, share in enumerate(shared):
+        a, p = share or (0, 0)
+        lo, hi = cu[b], cu[b] + p
+        if p and a < len(prior):
+            table = np.asarray(prior[a])
+            root_page[lo:hi], root_slot[lo:hi] = table[np.arange(p) // P], np.arange(p) % P
+        elif p:
+            src = cu[a - len(prior)]
+            root_page[lo:hi], root_slot[lo:hi] = root_page[src:src + p], root_slot[src:src + p]
+        taken.append(np.arange(cu[b], cu[b] + p))
+        own.append(np.arange(cu[b] + p, cu[b + 1]))
+        cu_q.append(cu_q[-1] + cu[b + 1] - cu[b] - p)
+    taken = np.concatenate(taken)
+    return np.concatenate(own), taken, (root_page[taken], root_slot[taken]), np.array(cu_q)
 
 
 def _dense(W):  # a layer's matrix as float32 (in, out)
@@ -258,28 +285,62 @@ class Llama:
             return A[:, :, 0].swapaxes(0, 1)
         return ops.linear(self._layers(self._embed(ids), positions, attend), self.head)
 
-    def _prefill_batch(self, prompts, pool, tables):  # -> logits (B, vocab) after each prompt
+    def _prefill_batch(self, prompts, pool, tables, shared=None, prior=()):  # -> logits (B, vocab)
         """Prompts (arrays of ids) prefilled together, packed end to end: one pass over the weights
         for all their rows, each prompt's keys and values written to its pages (tables: each one's
-        page ids, enough for it), each attending over its own rows (ops.attention_varlen)."""
+        page ids, enough for it), each attending over its own rows (ops.attention_varlen); the
+        logits after each prompt. shared: for each prompt None or (a, p) (batch.shares): its first p
+        positions are those of sequence a (prior[a], the page table of a sequence prefilled before,
+        for a < len(prior), else prompt a - len(prior), an earlier one), whose keys and values it
+        copies instead of multiplying its rows. They are the same to the bit (a row's products and,
+        where _shareable allows, its attention do not depend on the other rows of the call), and
+        its own rows attend over them as they would alone."""
         c, P = self.config, pool.page_keys
         lens = np.array([len(p) for p in prompts])
         cu = np.concatenate([[0], np.cumsum(lens)])
         positions = np.concatenate([np.arange(n) for n in lens])
         page = np.concatenate([np.asarray(t)[np.arange(n) // P] for t, n in zip(tables, lens)])
+        slot = positions % P
+        if shared is None or not any(shared):
+            own, cu_q = None, cu
+        else:
+            own, taken, (root_page, root_slot), cu_q = _shared_rows(cu, shared, (page, slot), prior, P)
 
-        def attend(i, q, k, v):  # q (hq, rows, dh), k, v (hkv, rows, dh)
+        def attend(i, q, k, v):  # q (hq, rows, dh), k, v (hkv, rows, dh): the computed rows
             K, V = pool.layer(i)
-            K[page, :, positions % P], V[page, :, positions % P] = k.swapaxes(0, 1), v.swapaxes(0, 1)
+            if own is None:
+                K[page, :, slot], V[page, :, slot] = k.swapaxes(0, 1), v.swapaxes(0, 1)
+            else:  # the computed rows to their pages, the shared positions copied, then every key read back
+                K[page[own], :, slot[own]], V[page[own], :, slot[own]] = k.swapaxes(0, 1), v.swapaxes(0, 1)
+                K[page[taken], :, slot[taken]] = K[root_page, :, root_slot]
+                V[page[taken], :, slot[taken]] = V[root_page, :, root_slot]
+                k, v = K[page, :, slot].swapaxes(0, 1), V[page, :, slot].swapaxes(0, 1)
             w = c.window(i)
             if i + 1 < c.n_layers:  # the last layer's q: each prompt's last row alone (_layers' last)
-                return ops.attention_varlen(q, k, v, cu, causal=True, scale=c.scale,
+                return ops.attention_varlen(q, k, v, cu_q, cu_seqlens_k=cu, causal=True, scale=c.scale,
                                             window=None if w is None else (w - 1, -1))
             # the last layer: each prompt's last query over its keys, as generate's prefill takes it
             return np.concatenate([self._attend(q[:, [b]], _keys(K, t, n), _keys(V, t, n), n - 1, n, w)
                                    for b, (t, n) in enumerate(zip(tables, lens))], 1)
-        H = self._layers(self._embed(np.concatenate(prompts)), positions, attend, cu[1:] - 1)
+        ids = np.concatenate(prompts)
+        if own is not None:
+            ids, positions = ids[own], positions[own]
+        H = self._layers(self._embed(ids), positions, attend, cu_q[1:] - 1)
         return ops.linear(H, self.head)
+
+    def _shareable(self, n):  # -> int
+        """The most of its first positions a prompt of n positions may take from another such prompt
+        in a prefill (batch.shares), 0 for none: so many that its own rows and the other's take a
+        compiled attention's tiles path (more than _plan.ROWS_MAX query rows a K/V head), where no
+        window hides a key from them. There a causal row's result is a function of its keys alone,
+        not of the rows before or after it in the call (the rows path and a window's first key are
+        laid out by the call's rows; so is the reference's sum in NumPy)."""
+        c = self.config
+        least = _plan.ROWS_MAX // (c.h // c.h_kv) + 1  # the fewest query rows that take the tiles path
+        if _backends.kernels().attention is None or any(
+                c.window(i) is not None and n > c.window(i) for i in range(c.n_layers)):
+            return 0
+        return max(0, n - least)
 
     def _layers(self, X, positions, attend, last=None):  # -> (rows, d), the final norm's output
         """X (n, d), the embedded tokens at `positions` (n,), through every layer; attend(i, q, k,
