@@ -196,6 +196,31 @@ def _backends_attention():  # whether the current backend has a compiled attenti
     return _backends.kernels().attention is not None
 
 
+def test_an_ended_prompt_s_pages_are_kept_for_prompts_that_begin_alike(files):
+    """A sequence that ends leaves its prompt's pages kept with its ids (still free: counted so, and
+    taken back, least recently used first, when a sequence needs them): a later prompt that begins
+    alike copies their keys and writes what generate writes for it alone."""
+    model = llama.load(files["llama-Q4_1"], activations="int8")
+    runner, rng = batch.Batch(model, max_batch=4, cache_tokens=4 * 64, page_keys=64), np.random.default_rng(3)
+    base = list(rng.integers(3, model.config.vocab, 30))
+    first, second = base + [1, 2], base + list(rng.integers(3, model.config.vocab, 12))
+    for ids in (first, second):
+        seq = runner.submit(ids, 5, ignore_eos=True)
+        while not runner.idle:
+            runner.step()
+        assert seq.new == model.generate(ids, 5, ignore_eos=True)
+    assert (seq.shared > 0) == (model._shareable(len(second)) > 0)
+    assert runner.pool.free == 4 and [ids.tolist() for ids, _ in runner.pool.kept] == [first, second]
+    # four sequences of a page each at once: the kept pages are taken back for them
+    fresh = [list(rng.integers(3, model.config.vocab, 20)) for _ in range(4)]
+    seqs, widest = [runner.submit(ids, 5, ignore_eos=True) for ids in fresh], 0
+    while not runner.idle:
+        runner.step()
+        widest = max(widest, len(runner.running))
+    assert widest == 4 and [s.new for s in seqs] == [model.generate(ids, 5, ignore_eos=True) for ids in fresh]
+    assert runner.pool.free == 4 and runner.pool.reserved == 0 and len(runner.pool.kept) <= 4
+
+
 def test_shares_finds_each_prompt_s_longest_common_prefix():
     ids = [np.array(p) for p in ([1, 2, 3, 4], [1, 2, 9], [1, 2, 3, 4, 5], [1, 2, 3, 4], [7, 1], [1],
                                  [1, 2, 3])]

@@ -104,6 +104,21 @@ def test_completion_is_model_complete(server, client):
     assert r.usage.prompt_tokens_details.cached_tokens == 0  # alone: no other sequence's keys to take
 
 
+def test_a_conversation_asked_again_takes_its_beginning_s_keys(server, client):
+    """One request after another: the second's prompt begins as the first's (a long system prompt),
+    whose pages were kept when it ended; it copies their keys (usage.prompt_tokens_details.
+    cached_tokens) and still writes what model.chat writes."""
+    model = server[2]
+    system = {"role": "system", "content": "you answer in few words, " * 2}
+    cached = []
+    for question in ("the cat", "a dog"):
+        messages = [system, {"role": "user", "content": question}]
+        r = client.chat.completions.create(model=NAME, messages=messages, max_tokens=6, temperature=0)
+        assert r.choices[0].message.content == model.chat(messages, 6)
+        cached.append(r.usage.prompt_tokens_details.cached_tokens)
+    assert cached[1] > 0 and cached[1] < r.usage.prompt_tokens
+
+
 def test_a_prompt_takes_the_keys_of_one_running_and_says_so(path):
     """The engine held on A's first token while B, whose prompt begins as A's, comes: B's prefill
     copies the keys of their common positions from A's pages (its first event says how many: the

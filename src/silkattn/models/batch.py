@@ -13,10 +13,10 @@ first tokens (Llama._prefill_batch: packed end to end, one pass over the weights
 PREFILL_ROWS rows, each prompt's keys and values written straight to its pages; a prompt short
 enough that generate multiplies its rows in the few-row kernels is packed only with such prompts,
 up to that many rows in all, so that its products sum as generate's do, where a GEMM would sum
-them otherwise: _api.few_rows). A joining prompt that begins as a running sequence's prompt or an
-earlier one of its prefill (a chat template's system prompt) copies the keys and values of their
-common positions and multiplies only its other rows (shares: where those are the same bits its own
-rows would give, Llama._shareable); then every
+them otherwise: _api.few_rows). A joining prompt that begins as a running sequence's prompt, an
+ended one's (its pages kept: KVPool.give, take) or an earlier one of its prefill (a chat template's
+system prompt) copies the keys and values of their common positions and multiplies only its other
+rows (shares: where those are the same bits its own rows would give, Llama._shareable); then every
 sequence already running writes one token, all of them in one pass over the weights
 (Llama._run_batch: the few-rows kernels or the GEMM over B rows, the attention of each over its own
 pages). Where every running sequence fits in one page (its prompt and all its new tokens), the step
@@ -24,7 +24,8 @@ is the model's fused one instead, a page being laid out as a sequence's own cach
 step generate runs (Llama._step); several, the fused step of rows (Llama._step_rows,
 ops.layer_step_rows: one call for all the layers and rows). A sequence leaves when it writes EOS
 (unless ignore_eos) or its max_new_tokens, or when it is cancelled, and its pages go back to the
-pool at once. Each sequence samples with its own settings and seed (reference.next_token, as
+pool at once (its prompt's kept, free, until a sequence needs them). Each sequence samples with
+its own settings and seed (reference.next_token, as
 Llama.generate does), so each one's tokens are those that generate gives it alone.
 """
 import dataclasses
@@ -101,14 +102,15 @@ class KVPool:
         self.data = _aligned.pages((c.n_layers, 2, pages, c.h_kv, page_keys, c.d_head), np.float32)
         self._free = list(range(pages - 1, -1, -1))  # a stack: the most recently freed page first
         self.reserved = 0  # pages promised to running sequences and not yet taken
+        self.kept = []  # [(prompt ids, its pages)] of ended sequences, the least recently used first
 
     @property
     def pages(self):
         return self.data.shape[2]
 
     @property
-    def free(self):  # pages neither taken nor promised
-        return len(self._free) - self.reserved
+    def free(self):  # pages neither taken nor promised (those kept with a prompt's keys among them)
+        return len(self._free) + sum(len(pages) for _, pages in self.kept) - self.reserved
 
     @property
     def nbytes(self):
@@ -127,16 +129,26 @@ class KVPool:
         self.reserved += n
         return True
 
-    def take(self):  # -> a promised page's index
+    def take(self):  # -> a promised page's index: a free one, else the least recently used kept one's
         if not self.reserved:
             raise RuntimeError("a page is taken that was not reserved")
         self.reserved -= 1
+        if not self._free:
+            self._free.extend(reversed(self.kept.pop(0)[1]))
         return self._free.pop()
 
-    def give(self, pages, unused=0):
-        """Back to the pool: the pages a sequence took, and the `unused` ones it had reserved."""
-        self._free.extend(reversed(pages))
+    def give(self, pages, unused=0, ids=None):
+        """Back to the pool: the pages a sequence took, and the `unused` ones it had reserved. With
+        ids (its prompt, prefilled), the pages that hold the prompt are kept with it: later prompts
+        that begin alike copy its keys (shares), until take() needs the pages."""
+        keep = self.pages_for(len(ids)) if ids is not None else 0
+        if keep:
+            self.kept.append((ids, list(pages[:keep])))
+        self._free.extend(reversed(pages[keep:]))
         self.reserved -= unused
+
+    def used(self, entry):  # a kept entry a prompt copied from: the most recently used now
+        self.kept = [e for e in self.kept if e is not entry] + [entry]
 
 
 @dataclasses.dataclass(eq=False)
@@ -263,14 +275,18 @@ class Batch:
                 for _ in range(self.pool.pages_for(len(seq.ids))):
                     seq.pages.append(self.pool.take())
                     seq.reserved -= 1
-            # sources: the sequences running, prefilled (not one-token prompts) in this group's class
-            prior = [seq for seq in self.running if seq.pages and len(seq.ids) > 1 and seq not in group
-                     and (len(seq.ids) <= few) == short]
+            # sources in this group's class: the prompts running (prefilled: not one-token ones), kept
+            prior = [(seq.ids, seq.pages) for seq in self.running if seq.pages and len(seq.ids) > 1
+                     and seq not in group and (len(seq.ids) <= few) == short]
+            kept = [entry for entry in self.pool.kept if (len(entry[0]) <= few) == short]
             shared = shares([seq.ids for seq in group], None if short else few, self.model._shareable,
-                            [seq.ids for seq in prior])
+                            [ids for ids, _ in prior + kept])
             logits = self.model._prefill_batch([seq.ids for seq in group], self.pool,
                                                [seq.pages for seq in group], shared,
-                                               [seq.pages for seq in prior])
+                                               [pages for _, pages in prior + kept])
+            for a in {share[0] - len(prior) for share in shared or () if share}:
+                if 0 <= a < len(kept):
+                    self.pool.used(kept[a])
             self.stats["prefill_s"] += time.perf_counter() - start
             self.stats["prompt_tokens"] += rows
             for seq, share in zip(group, shared or ()):
@@ -336,7 +352,8 @@ class Batch:
             self._leave(seq)
         return token
 
-    def _leave(self, seq):
+    def _leave(self, seq):  # its pages back to the pool; those of a prompt others may share kept with it
         self.running.remove(seq)
-        self.pool.give(seq.pages, seq.reserved)
+        keep = seq.pages and len(seq.ids) > 1 and self.model._shareable(len(seq.ids)) > 0
+        self.pool.give(seq.pages, seq.reserved, seq.ids if keep else None)
         seq.pages, seq.reserved = [], 0
