@@ -1,8 +1,9 @@
 """The server under load: python -m silkattn serve started on the loopback, then N chat requests
 (streamed, greedy, max_tokens each) sent one after another and then all at once by N client threads;
-each phase's wall time, the tokens per second, and p50/p99 of the time to the first token and of the
-time between tokens. Bounded: N requests a phase, each with a timeout; the server is stopped (SIGINT)
-at the end.
+each phase's wall time, the tokens per second, p50/p99 of the time to the first token and of the
+time between tokens, and the prompt tokens whose keys the server copied from another sequence's
+(usage.prompt_tokens_details.cached_tokens: the chat template's system prompt). Bounded: N requests
+a phase, each with a timeout; the server is stopped (SIGINT) at the end.
 
     python bench/serve_load.py [--model PATH] [--clients 16] [--max-tokens 64] [--threads 2]
                                [--max-batch 16] [--activations float32|int8]
@@ -32,25 +33,29 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def ask(client, name, i, max_tokens):  # -> (token arrival times from the request's start, text)
-    start, times, parts = time.perf_counter(), [], []
+def ask(client, name, i, max_tokens):  # -> (token arrival times from the request's start, text, usage)
+    start, times, parts, usage = time.perf_counter(), [], [], None
     stream = client.chat.completions.create(
         model=name, messages=[{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)] + f" ({i})"}],
-        max_tokens=max_tokens, temperature=0, stream=True)
+        max_tokens=max_tokens, temperature=0, stream=True, stream_options={"include_usage": True})
     for chunk in stream:
         if chunk.choices and chunk.choices[0].delta.content:
             times.append(time.perf_counter() - start)
             parts.append(chunk.choices[0].delta.content)
-    return times, "".join(parts)
+        usage = chunk.usage or usage
+    return times, "".join(parts), usage
 
 
 def report(label, wall, results):
-    ttft = [t[0] for t, _ in results if t]
-    gaps = [b - a for t, _ in results for a, b in zip(t, t[1:])]
-    pieces = sum(len(t) for t, _ in results)
+    ttft = [t[0] for t, _, _ in results if t]
+    gaps = [b - a for t, _, _ in results for a, b in zip(t, t[1:])]
+    pieces = sum(len(t) for t, _, _ in results)
+    prompt = sum(u.prompt_tokens for _, _, u in results)
+    cached = sum(u.prompt_tokens_details.cached_tokens for _, _, u in results if u.prompt_tokens_details)
     print(f"{label:12s} {wall:7.2f} s, {pieces / wall:7.1f} pieces/s; first piece p50 "
           f"{1e3 * np.median(ttft):7.1f} ms p99 {1e3 * np.percentile(ttft, 99):7.1f} ms; between pieces p50 "
-          f"{1e3 * np.median(gaps):6.1f} ms p99 {1e3 * np.percentile(gaps, 99):6.1f} ms")
+          f"{1e3 * np.median(gaps):6.1f} ms p99 {1e3 * np.percentile(gaps, 99):6.1f} ms; prompt tokens "
+          f"{prompt}, their keys copied from another sequence's (cached_tokens) {cached}")
 
 
 def main():
