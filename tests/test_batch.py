@@ -221,6 +221,23 @@ def test_an_ended_prompt_s_pages_are_kept_for_prompts_that_begin_alike(files):
     assert runner.pool.free == 4 and runner.pool.reserved == 0 and len(runner.pool.kept) <= 4
 
 
+def test_a_prefill_that_fails_keeps_no_pages(files):
+    """A prefill that raises part way (the server then cancels its sequences) leaves keys half
+    written: their pages go back to the pool unremembered, so no later prompt copies them."""
+    model = llama.load(files["llama-Q4_1"])
+    runner = batch.Batch(model, max_batch=4, cache_tokens=4 * 64, page_keys=64)
+    seqs = [runner.submit(list(range(3, 40)) + [i], 4, ignore_eos=True) for i in range(2)]
+
+    def fail(*args):
+        raise RuntimeError("a fault mid-prefill")
+    model._prefill_batch = fail
+    with pytest.raises(RuntimeError, match="mid-prefill"):
+        runner.step()
+    for seq in seqs:
+        runner.cancel(seq)
+    assert runner.pool.kept == [] and runner.pool.free == 4 and runner.idle
+
+
 def test_shares_finds_each_prompt_s_longest_common_prefix():
     ids = [np.array(p) for p in ([1, 2, 3, 4], [1, 2, 9], [1, 2, 3, 4, 5], [1, 2, 3, 4], [7, 1], [1],
                                  [1, 2, 3])]

@@ -354,6 +354,7 @@ class Batch:
 
     def _leave(self, seq):  # its pages back to the pool; those of a prompt others may share kept with it
         self.running.remove(seq)
-        keep = seq.pages and len(seq.ids) > 1 and self.model._shareable(len(seq.ids)) > 0
+        # its prompt prefilled (a first token written: not a prefill that failed part way), shareable
+        keep = seq.new and seq.pages and len(seq.ids) > 1 and self.model._shareable(len(seq.ids)) > 0
         self.pool.give(seq.pages, seq.reserved, seq.ids if keep else None)
         seq.pages, seq.reserved = [], 0
