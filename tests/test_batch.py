@@ -211,6 +211,12 @@ def test_an_ended_prompt_s_pages_are_kept_for_prompts_that_begin_alike(files):
         assert seq.new == model.generate(ids, 5, ignore_eos=True)
     assert (seq.shared > 0) == (model._shareable(len(second)) > 0)
     assert runner.pool.free == 4 and [ids.tolist() for ids, _ in runner.pool.kept] == [first, second]
+    # the same prompt again: it copies the kept one's keys and replaces it, one entry a prompt
+    again = runner.submit(first, 5, ignore_eos=True)
+    while not runner.idle:
+        runner.step()
+    assert again.new == model.generate(first, 5, ignore_eos=True) and runner.pool.free == 4
+    assert [ids.tolist() for ids, _ in runner.pool.kept] == [second, first]
     # four sequences of a page each at once: the kept pages are taken back for them
     fresh = [list(rng.integers(3, model.config.vocab, 20)) for _ in range(4)]
     seqs, widest = [runner.submit(ids, 5, ignore_eos=True) for ids in fresh], 0

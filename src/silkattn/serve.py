@@ -8,7 +8,9 @@
 Both POSTs take the OpenAI fields model, max_tokens (chat: or max_completion_tokens), temperature,
 top_p, seed, stop (a string or up to 4), n (1), stream, stream_options.include_usage, and top_k (an
 extension); other fields are ignored. stream: server-sent events, one chunk a piece of text, the last
-with its finish_reason, then "data: [DONE]". A request the server cannot run never reaches the model:
+with its finish_reason, then "data: [DONE]". usage.prompt_tokens_details.cached_tokens: the prompt
+tokens whose keys were copied from another sequence whose prompt began alike, running or ended
+(models.batch.shares), not computed again. A request the server cannot run never reaches the model:
 malformed JSON, a missing or mistyped field, max_tokens < 1, another model's name, a prompt that with
 its max_tokens exceeds the context get a 4xx and OpenAI's error body {"error": {"message", "type",
 "param", "code"}}; with --api-key, a request without "Authorization: Bearer KEY" gets 401.

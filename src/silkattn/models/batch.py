@@ -142,8 +142,11 @@ class KVPool:
         ids (its prompt, prefilled), the pages that hold the prompt are kept with it: later prompts
         that begin alike copy its keys (shares), until take() needs the pages."""
         keep = self.pages_for(len(ids)) if ids is not None else 0
-        if keep:
-            self.kept.append((ids, list(pages[:keep])))
+        if keep:  # the same prompt kept before holds nothing this one does not: its pages are free again
+            same = [e for e in self.kept if np.array_equal(e[0], ids)]
+            self.kept = [e for e in self.kept if not any(e is d for d in same)] + [(ids, list(pages[:keep]))]
+            for _, old in same:
+                self._free.extend(reversed(old))
         self._free.extend(reversed(pages[keep:]))
         self.reserved -= unused
 

@@ -458,7 +458,9 @@ class Llama:
         together, so none waits for pages) in pages of page_keys (default: with the default pool,
         batch.one_page of the longest sequence, so that each sequence takes one page and the fused
         step runs; with a pool of a given size, batch.PAGE_KEYS).
-        self.stats: the batch's steps, prompt and new tokens, prefill and decode seconds."""
+        self.stats: the batch's steps, prompt and new tokens, prefill and decode seconds, and
+        shared_tokens, the prompt positions whose keys a prompt copied from another that began alike
+        (batch.shares)."""
         prompts = list(prompts)
         settings = {"max_new_tokens": max_new_tokens, "temperature": temperature, "top_k": top_k,
                     "top_p": top_p, "seed": seed, "ignore_eos": ignore_eos}
