@@ -165,10 +165,12 @@ def linear_cases():
             cases.append((f"linear {kind} int8 {len(x)}x{x.shape[1]} -> {n}", be, f))
         # the blocks of 32 with int8 activations, read-only as a file's (their 16-row layouts):
         # SmolLM2's Q4_1 gate and Q8_0 head, one row (a decoding step) and 8 (a batch's step); Q4_K
-        # in its 16-row layout, the 1.1B model's gate, one row and 8
-        x8 = r(8, 576)
+        # in its 16-row layout, the 1.1B model's gate, one row and 8; Q6_K in its own, the 1.1B
+        # model's down projection (one row and 8) and its head (8)
+        x8, d8 = r(8, 576), r(8, 8192)
         for kind, n, x in (("Q4_1", 1536, x1), ("Q4_1", 1536, x8), ("Q8_0", 49152, x1), ("Q8_0", 49152, x8),
-                           ("Q4_0", 1536, x8), ("Q4_K", 8192, k1), ("Q4_K", 8192, r(8, 2048))):
+                           ("Q4_0", 1536, x8), ("Q4_K", 8192, k1), ("Q4_K", 8192, r(8, 2048)),
+                           ("Q6_K", 2048, d8[:1]), ("Q6_K", 2048, d8), ("Q6_K", 49152, r(8, 2048))):
             def f(pkg, be=be, kind=kind, n=n, x=x):
                 W = _memo(pkg, ("W", kind, n, x.shape[1], "int8", True),
                           lambda: _blocks(pkg, np.random.default_rng(1), kind, n, x.shape[1], "int8", True))

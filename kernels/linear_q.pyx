@@ -18,9 +18,13 @@ cdef extern from "linear_q.h" nogil:
     int SA_Q8_016
     int SA_Q4_016
     int SA_Q4_116
+    int SA_Q6_K
+    int SA_Q6_K16
     bint SA_KQUANT(int kind)
     void sa_q4k16_pack(const uint8_t *w, int64_t ldw, int64_t n, uint8_t *out)
     void sa_q4k16_unpack_row(const uint8_t *w, int64_t ldw, int64_t j, uint8_t *row)
+    void sa_q6k16_pack(const uint8_t *w, int64_t ldw, int64_t n, uint8_t *out)
+    void sa_q6k16_unpack_row(const uint8_t *w, int64_t ldw, int64_t j, uint8_t *row)
     void sa_b16_pack(int kind, const uint8_t *w, int64_t ldw, int64_t n, uint8_t *out)
     void sa_b16_unpack_row(int kind, const uint8_t *w, int64_t ldw, int64_t j, uint8_t *row)
     int SA_QBYTES(int kind)
@@ -197,7 +201,7 @@ def linear_qx(const float[:, ::1] x, const uint8_t[:, ::1] blocks, int kind, con
 
 # the layouts of pack_rows16, their file kinds (silkattn.quant.ROWS16)
 ROWS16_CODES = {SA_Q4_K16: SA_Q4_K, SA_Q5_016: SA_Q5_0, SA_Q8_016: SA_Q8_0, SA_Q4_016: KINDS.index("Q4_0"),
-                SA_Q4_116: KINDS.index("Q4_1")}
+                SA_Q4_116: KINDS.index("Q4_1"), SA_Q6_K16: SA_Q6_K}
 _ROWS16_OF = {kind: code for code, kind in ROWS16_CODES.items()}
 
 
@@ -209,15 +213,15 @@ def rows16_usable():
 
 def _rows16_check(name, Py_ssize_t n, Py_ssize_t ldw, int kind):
     if kind not in _ROWS16_OF:
-        raise ValueError(f"{name}: kind {kind} has no layout in groups of 16 rows (Q8_0, Q4_0, Q4_1, Q5_0 and "
-                         f"Q4_K have)")
+        raise ValueError(f"{name}: kind {kind} has no layout in groups of 16 rows (Q8_0, Q4_0, Q4_1, Q5_0, "
+                         f"Q4_K and Q6_K have)")
     if n % 16 or n == 0 or ldw == 0 or ldw % SA_QBYTES(kind):
         raise ValueError(f"{name}: blocks must be (n, whole {KINDS[kind]} blocks) with n a positive multiple of "
                          f"16, got ({n}, {ldw})")
 
 
 def pack_rows16(const uint8_t[:, ::1] blocks, int kind, int num_threads=1):
-    """Q8_0, Q4_0, Q4_1, Q5_0 or Q4_K blocks (n, row bytes), n a multiple of 16, in groups of 16 rows
+    """Q8_0, Q4_0, Q4_1, Q5_0, Q4_K or Q6_K blocks (n, row bytes), n a multiple of 16, in groups of 16 rows
     (kernels/rows16.h): a new array of the same shape, the same bits rearranged, for linear_qx's
     kinds ROWS16_CODES (int8 products: the 16 rows' sums in one register's lanes, no horizontal
     sums). Returns the array and its kind code."""
@@ -225,11 +229,13 @@ def pack_rows16(const uint8_t[:, ::1] blocks, int kind, int num_threads=1):
     _rows16_check("pack_rows16", n, ldw, kind)
     out = np.empty((n, ldw), np.uint8)
     cdef uint8_t[:, ::1] o = out
-    cdef bint k = kind == SA_Q4_K
+    cdef bint k = kind == SA_Q4_K, k6 = kind == SA_Q6_K
     with nogil:
         for g in prange(n // 16, num_threads=num_threads, schedule="static"):
             if k:
                 sa_q4k16_pack(&blocks[16 * g, 0], ldw, 16, &o[16 * g, 0])
+            elif k6:
+                sa_q6k16_pack(&blocks[16 * g, 0], ldw, 16, &o[16 * g, 0])
             else:
                 sa_b16_pack(kind, &blocks[16 * g, 0], ldw, 16, &o[16 * g, 0])
     return out, _ROWS16_OF[kind]
@@ -241,11 +247,13 @@ def unpack_rows16(const uint8_t[:, ::1] packed, int kind):
     _rows16_check("unpack_rows16", n, ldw, kind)
     out = np.empty((n, ldw), np.uint8)
     cdef uint8_t[:, ::1] o = out
-    cdef bint k = kind == SA_Q4_K
+    cdef bint k = kind == SA_Q4_K, k6 = kind == SA_Q6_K
     with nogil:
         for j in range(n):
             if k:
                 sa_q4k16_unpack_row(&packed[0, 0], ldw, j, &o[j, 0])
+            elif k6:
+                sa_q6k16_unpack_row(&packed[0, 0], ldw, j, &o[j, 0])
             else:
                 sa_b16_unpack_row(kind, &packed[0, 0], ldw, j, &o[j, 0])
     return out

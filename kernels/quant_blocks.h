@@ -11,15 +11,16 @@
  * others are dequantized (sa_dequantize_row_ext, quant_ext.h) for the GEMM path. */
 enum { SA_Q8_0 = 0, SA_Q4_0 = 1, SA_Q4_1 = 2, SA_Q5_0 = 3, SA_Q5_1 = 4, SA_Q4_K = 5, SA_Q5_K = 6, SA_Q6_K = 7,
        SA_NKINDS = 8 };
-/* Not files' types: Q4_K's and the blocks of 32's (Q8_0, Q4_0, Q4_1, Q5_0) rearranged in groups of
- * 16 rows (rows16.h), the AVX-512 VNNI decoding step's layouts; only the int8 row products take
- * them (silkattn._api, linear_q.pyx, layer_step.pyx) */
-enum { SA_Q4_K16 = 8, SA_Q5_016 = 9, SA_Q8_016 = 10, SA_Q4_016 = 11, SA_Q4_116 = 12 };
+/* Not files' types: Q4_K's, Q6_K's and the blocks of 32's (Q8_0, Q4_0, Q4_1, Q5_0) rearranged in
+ * groups of 16 rows (rows16.h), the AVX-512 VNNI decoding step's layouts; only the int8 row
+ * products take them (silkattn._api, linear_q.pyx, layer_step.pyx) */
+enum { SA_Q4_K16 = 8, SA_Q5_016 = 9, SA_Q8_016 = 10, SA_Q4_016 = 11, SA_Q4_116 = 12, SA_Q6_K16 = 13 };
 /* the file's kind of a blocks-of-32 layout (rows16.h's SA_B16), else -1 */
 #define SA_B16_FILE(kind) ((kind) == SA_Q5_016 ? SA_Q5_0 : (kind) == SA_Q8_016 ? SA_Q8_0 \
                            : (kind) == SA_Q4_016 ? SA_Q4_0 : (kind) == SA_Q4_116 ? SA_Q4_1 : -1)
 #define SA_QROW_KINDS 3
-#define SA_KQUANT(kind) ((kind) == SA_Q4_K || (kind) == SA_Q5_K || (kind) == SA_Q6_K || (kind) == SA_Q4_K16)
+#define SA_KQUANT(kind) ((kind) == SA_Q4_K || (kind) == SA_Q5_K || (kind) == SA_Q6_K || (kind) == SA_Q4_K16 \
+                         || (kind) == SA_Q6_K16)
 #define SA_QBYTES(kind) ((kind) == SA_Q8_0 || (kind) == SA_Q8_016 ? 34 : (kind) == SA_Q4_0 || (kind) == SA_Q4_016 ? 18 \
                          : (kind) == SA_Q4_1 || (kind) == SA_Q4_116 ? 20                        \
                          : (kind) == SA_Q5_0 || (kind) == SA_Q5_016 ? 22 : (kind) == SA_Q5_1 ? 24 \

@@ -1,7 +1,8 @@
-/* Blocks in groups of 16 rows: the decoding step's layouts of a Q4_K matrix (kind SA_Q4_K16) and
- * of the blocks of 32 (Q8_0, Q4_0, Q4_1, Q5_0: SA_Q8_016 .. SA_Q5_016, at the end), made once from
- * the file's blocks (sa_q4k16_pack, sa_b16_pack) for the AVX-512 VNNI few-row products, and read
- * back (sa_q4k16_unpack_row, sa_b16_unpack_row) by every other copy. Q4_K: a row of the file
+/* Blocks in groups of 16 rows: the decoding step's layouts of a Q4_K matrix (kind SA_Q4_K16), of a
+ * Q6_K matrix (SA_Q6_K16, after Q4_K's) and of the blocks of 32 (Q8_0, Q4_0, Q4_1, Q5_0: SA_Q8_016
+ * .. SA_Q5_016, at the end), made once from the file's blocks (sa_q4k16_pack, sa_q6k16_pack,
+ * sa_b16_pack) for the AVX-512 VNNI few-row products, and read back (the *_unpack_row) by every
+ * other copy. Q4_K: a row of the file
  * takes ldw = k / 256 * 144 bytes; rows 16 g .. 16 g + 15 take the same 16 ldw bytes here, as
  * k / 256 super-blocks of 2304 bytes, each the 16 rows' blocks i (r: the row in the group, b: the sub-block of 32, 0 .. 7):
  *     0     d, 16 float16          32    dmin, 16 float16
@@ -89,6 +90,73 @@ static void __attribute__((unused)) sa_q4k16_unpack_row(const uint8_t *w, int64_
                     qs[32 * (u / 64) + u % 32] |= (uint8_t)((v >> 4 * h & 15) << 4 * (u % 64 / 32));
                 }
             }
+    }
+}
+
+/* Q6_K (kind SA_Q6_K16): rows 16 g .. 16 g + 15 take the same 16 ldw bytes (ldw = k / 256 * 210),
+ * as k / 256 super-blocks of 3360 bytes, each the 16 rows' blocks i (r: the row in the group; q:
+ * a weight's 6 bits, 0 .. 63, the weight (q - 32) d sc):
+ *     0     d, 16 float16
+ *     32    the 16 scales (int8) in pairs: 32 bytes a pair c, byte 2 r + e the scale of sub-block 2 c
+ *           + e of row r, so that one vpmovsxbw gives 16 lanes of two int16 (vpdpwssd's pairs)
+ *     288   16 sub-blocks of 16 weights, 192 bytes each, s the sub-block: 2 runs of q's low 4 bits,
+ *           then a run of their high 2 bits, 64 bytes a run. Low run c (at 288 + 192 (c / 2) + 64
+ *           (c % 2)): byte 4 r + t = q[8 c + t] | q[8 c + 4 + t] << 4; high run s (at 288 + 192 s
+ *           + 128): byte 4 r + t = the high bits of q[16 s + t], q[16 s + 4 + t], q[16 s + 8 + t],
+ *           q[16 s + 12 + t] from bit 0 up, 2 each
+ * so that a sub-block is one vpdpbusd a nibble of 16 rows against x's 4 bytes broadcast, as Q4_K's,
+ * and the kernel reads the super-block front to back (one stream for the prefetchers). The same
+ * bytes as the file's, rearranged. */
+#define SA_Q6K16_SUPER 3360  /* 16 rows x 210 bytes */
+#define SA_Q6K16_LOW(c) (288 + 192 * ((c) / 2) + 64 * ((c) % 2))
+#define SA_Q6K16_HIGH(s) (288 + 192 * (s) + 128)
+
+/* weight u (0 .. 255) of the file's Q6_K block at p: its 6 bits (reference.dequantize's order) */
+static inline int sa_q6k_bits(const uint8_t *p, int u) {
+    const int h = u / 128, t = u % 32, part = u % 128 / 32;
+    const int low = p[64 * h + t + 32 * (part & 1)] >> 4 * (part / 2) & 15;
+    return low | (p[128 + 32 * h + t] >> 2 * part & 3) << 4;
+}
+
+/* out (n, ldw bytes, n a multiple of 16) = the layout above of w's rows (the file's) */
+static void __attribute__((unused)) sa_q6k16_pack(const uint8_t *w, int64_t ldw, int64_t n, uint8_t *out) {
+    const int64_t nb = ldw / 210;
+    for (int64_t g = 0; g < n / 16; g++)
+        for (int64_t i = 0; i < nb; i++) {
+            uint8_t *o = out + 16 * g * ldw + SA_Q6K16_SUPER * i;
+            for (int sb = 0; sb < 16; sb++) memset(o + SA_Q6K16_HIGH(sb), 0, 64);
+            for (int r = 0; r < 16; r++) {
+                const uint8_t *p = w + (16 * g + r) * ldw + 210 * i;
+                memcpy(o + 2 * r, p + 208, 2);
+                for (int s = 0; s < 16; s++) o[32 + 32 * (s / 2) + 2 * r + (s & 1)] = p[192 + s];
+                for (int c = 0; c < 32; c++)
+                    for (int t = 0; t < 4; t++) {
+                        const int lo = sa_q6k_bits(p, 8 * c + t), hi = sa_q6k_bits(p, 8 * c + 4 + t);
+                        o[SA_Q6K16_LOW(c) + 4 * r + t] = (uint8_t)((lo & 15) | (hi & 15) << 4);
+                        o[SA_Q6K16_HIGH(c / 2) + 4 * r + t] |= (uint8_t)(((lo >> 4) | (hi >> 4) << 2) << 4 * (c & 1));
+                    }
+            }
+        }
+}
+
+/* row j's file blocks (ldw bytes at row) from the layout at w (the inverse of sa_q6k16_pack) */
+static void __attribute__((unused)) sa_q6k16_unpack_row(const uint8_t *w, int64_t ldw, int64_t j, uint8_t *row) {
+    const int64_t nb = ldw / 210, g = j / 16;
+    const int r = (int)(j % 16);
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *o = w + 16 * g * ldw + SA_Q6K16_SUPER * i;
+        uint8_t *p = row + 210 * i;
+        memcpy(p + 208, o + 2 * r, 2);
+        for (int s = 0; s < 16; s++) p[192 + s] = o[32 + 32 * (s / 2) + 2 * r + (s & 1)];
+        memset(p, 0, 192);
+        for (int u = 0; u < 256; u++) {
+            const int c = u / 8, t = u % 4, half = u % 8 / 4;
+            const int low = o[SA_Q6K16_LOW(c) + 4 * r + t] >> 4 * half & 15;
+            const int q = low | (o[SA_Q6K16_HIGH(c / 2) + 4 * r + t] >> (4 * (c & 1) + 2 * half) & 3) << 4;
+            const int h = u / 128, tt = u % 32, part = u % 128 / 32;
+            p[64 * h + tt + 32 * (part & 1)] |= (uint8_t)((q & 15) << 4 * (part / 2));
+            p[128 + 32 * h + tt] |= (uint8_t)((q >> 4) << 2 * part);
+        }
     }
 }
 

@@ -187,6 +187,32 @@ static void SA_FN(sa_gq8_pack16)(int kind, const uint8_t *w, int64_t ldw, int64_
         }
         return;
     }
+    if (kind == SA_Q6_K16) {  /* v = q - 32, the high bits joined as sa_q6k16_group does */
+        const __m512i m30 = _mm512_set1_epi8(0x30), c32 = _mm512_set1_epi8(32);
+        for (int64_t i = 0; i < k / 256; i++, o += SA_Q6K16_SUPER) {
+            for (int c = 0; c < 32; c++) {
+                const __m512i hv = _mm512_loadu_si512((const void *)(o + SA_Q6K16_HIGH(c / 2)));
+                const __m512i hl = c & 1 ? hv : _mm512_slli_epi16(hv, 4);
+                const __m512i hh = c & 1 ? _mm512_srli_epi16(hv, 2) : _mm512_slli_epi16(hv, 2);
+                const __m512i q = _mm512_loadu_si512((const void *)(o + SA_Q6K16_LOW(c)));
+                const __m512i lo = _mm512_or_si512(_mm512_and_si512(q, low), _mm512_and_si512(hl, m30));
+                const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 4), low),
+                                                   _mm512_and_si512(hh, m30));
+                const int64_t t = 64 * i + 2 * c;
+                _mm512_store_si512((void *)(words + t * SA_GQ8_NR), _mm512_sub_epi8(lo, c32));
+                _mm512_store_si512((void *)(words + (t + 1) * SA_GQ8_NR), _mm512_sub_epi8(hi, c32));
+            }
+            /* the 16 rows' scales of sub-block s (pair s / 2's words): dw sc, as a row at a time */
+            const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)o));
+            for (int s = 0; s < 16; s++) {
+                const __m512i pair = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(o + 32 + 32 * (s / 2))));
+                const __m512i sc = s & 1 ? _mm512_srai_epi32(pair, 16) : _mm512_srai_epi32(_mm512_slli_epi32(pair, 16), 16);
+                _mm512_store_ps(bs + (16 * i + s) * SA_GQ8_NR, _mm512_mul_ps(dw, _mm512_cvtepi32_ps(sc)));
+            }
+            for (int g = 0; g < 8; g++) _mm512_store_ps(bm + (8 * i + g) * SA_GQ8_NR, _mm512_setzero_ps());
+        }
+        return;
+    }
     for (int64_t i = 0; i < k / 256; i++, o += SA_Q4K16_SUPER) {
         for (int c = 0; c < 32; c++) {
             const __m512i q = _mm512_loadu_si512((const void *)(o + 256 + 64 * c));
@@ -257,7 +283,7 @@ static void SA_FN(sa_gq8_pack_b)(int kind, const uint8_t *w, int64_t ldw, int64_
             for (int64_t g = 0; g < n32; g++) _mm512_store_ps(bm + g * SA_GQ8_NR + c0, _mm512_setzero_ps());
             continue;
         }
-        if (kind == SA_Q4_K16 || SA_B16_FILE(kind) >= 0) {  /* cols is then 16 or 32 */
+        if (kind == SA_Q4_K16 || kind == SA_Q6_K16 || SA_B16_FILE(kind) >= 0) {  /* cols is then 16 or 32 */
             SA_FN(sa_gq8_pack16)(kind, w, ldw, k, j + c0, (int8_t *)(words + c0), bs + c0, bm + c0);
             continue;
         }
@@ -427,10 +453,10 @@ static inline int64_t SA_FN(sa_gq8_scratch)(int64_t k) {
 static void SA_FN(sa_gq8_cols)(int kind, const uint8_t *a, const SA_T *ad, const SA_T *axs, int64_t m, int64_t k,
                                const uint8_t *w, int64_t ldw, int64_t j0, int64_t j1, SA_T *y, int64_t ldy,
                                void *scratch) {
-    const int G = kind == SA_Q6_K ? 16 : 32;
+    const int G = kind == SA_Q6_K || kind == SA_Q6_K16 ? 16 : 32;
     const int offsets = kind == SA_Q4_1 || kind == SA_Q5_1 || kind == SA_Q4_K || kind == SA_Q5_K || kind == SA_Q4_K16
                         || kind == SA_Q4_116;
-    const int kquant = kind == SA_Q4_K || kind == SA_Q5_K || kind == SA_Q6_K || kind == SA_Q4_K16;  /* x per 256 */
+    const int kquant = SA_KQUANT(kind);  /* x per 256 */
     const int64_t n32 = k / 32, ng = k / G;
     int8_t *bv = (int8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     SA_T *bs = (SA_T *)(bv + k * SA_GQ8_NR);

@@ -815,7 +815,7 @@ static inline __attribute__((always_inline)) void SA_FN(sa_b16_group)(const int 
 #endif
 
 /* sa_linear_q8x_rows for the blocks of 32 in rows16.h's layout (kind16: SA_Q8_016 .. SA_Q5_016):
- * sa_q4k16_rows's scheme (whole groups by the VNNI kernel, other rows and copies unpacked to the
+ * sa_k16_rows's scheme (whole groups by the VNNI kernel, other rows and copies unpacked to the
  * file's blocks and multiplied as the file's kind) */
 static void SA_FN(sa_linear_q8x_rows)(int kind, const int8_t *xq, const SA_T *xd, const SA_T *xs, int64_t k,
                                       int64_t m, const uint8_t *w, int64_t ldw, const SA_T *b, int64_t j0,

@@ -454,31 +454,119 @@ static inline __attribute__((always_inline)) void SA_FN(sa_q4k16_group)(const in
     for (int r = 0; r < M; r++)
         _mm512_storeu_ps(y + r * ldy, b ? _mm512_add_ps(fa[r], _mm512_loadu_ps(b)) : fa[r]);
 }
+/* y[:M, g:g + 16] (+ b[g:g + 16]) for the 16 rows of the Q6_K group at wg (rows16.h's SA_Q6_K16
+ * layout), x as sa_q8k_rows's: per sub-block s of 16 weights and row of x, a[r] = sum_t q x (q the
+ * 6 bits, 0 .. 63: vpdpbusd of 16 rows' lanes as Q4_K's), isum[r] += sc_s a[r]; the q - 32 of the
+ * weights as 32 sum_s sc_s sum(q_x)_s from x's sums of 16 (8 vpdpwssd a row against the scales'
+ * pairs); all int32 and exact (16 x 63 x 128 x 128 x 16 < 2^31), a super-block adds d d_x times
+ * it, as floats. */
+static inline __attribute__((always_inline)) void SA_FN(sa_q6k16_group)(const int M, const uint8_t *wg,
+                                                                        const int8_t *xq, const SA_T *xd,
+                                                                        const int16_t *xb, int64_t k,
+                                                                        const SA_T *b, SA_T *y, int64_t ldy) {
+    const int64_t nb = k / 256, nbp = (k / 32 + SA_QCH - 1) / SA_QCH * SA_QCH, nx = k / 16;
+    const __m512i m4 = _mm512_set1_epi8(15), m30 = _mm512_set1_epi8(0x30);
+    __m512 fa[SA_QROWS];
+#pragma GCC unroll 8
+    for (int r = 0; r < M; r++) fa[r] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *p = wg + SA_Q6K16_SUPER * i;
+#pragma GCC unroll 5
+        for (int l = 0; l < 5; l++) __builtin_prefetch(p + 2 * SA_Q6K16_SUPER + 64 * l, 0, SA_QLOC);  /* d, scales */
+        /* lane l of sp[c]: row l's scales of sub-blocks 2 c and 2 c + 1, two int16 */
+        __m512i sp[8], isum[SA_QROWS];
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) sp[c] = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(p + 32 + 32 * c)));
+#pragma GCC unroll 8
+        for (int r = 0; r < M; r++) {
+            __m512i acc = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int c = 0; c < 8; c++) {  /* x's sums of sub-blocks 2 c and 2 c + 1, side by side in xb */
+                int32_t pair;
+                memcpy(&pair, xb + r * nx + 16 * i + 2 * c, 4);
+                acc = _mm512_dpwssd_epi32(acc, sp[c], _mm512_set1_epi32(pair));
+            }
+            isum[r] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(acc, 5));
+        }
+#pragma GCC unroll 16
+        for (int s = 0; s < 16; s++) {
+            const __m512i s32 = s & 1 ? _mm512_srai_epi32(sp[s / 2], 16)
+                                      : _mm512_srai_epi32(_mm512_slli_epi32(sp[s / 2], 16), 16);
+            /* the super-block two ahead, as the stream goes (the one after next is its prefetchers') */
+            __builtin_prefetch(p + 2 * SA_Q6K16_SUPER + 288 + 192 * s, 0, SA_QLOC);
+            __builtin_prefetch(p + 2 * SA_Q6K16_SUPER + 288 + 192 * s + 64, 0, SA_QLOC);
+            __builtin_prefetch(p + 2 * SA_Q6K16_SUPER + 288 + 192 * s + 128, 0, SA_QLOC);
+            const __m512i hv = _mm512_loadu_si512((const void *)(p + SA_Q6K16_HIGH(s)));
+            __m512i a[SA_QROWS];
+#pragma GCC unroll 8
+            for (int r = 0; r < M; r++) a[r] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+            for (int c = 2 * s; c < 2 * s + 2; c++) {
+                /* the high bits of the run's low nibbles to bits 4, 5 (bits 0, 1 or 4, 5 of hv), of its
+                 * high ones (bits 2, 3 or 6, 7) */
+                const __m512i hl = c & 1 ? hv : _mm512_slli_epi16(hv, 4);
+                const __m512i hh = c & 1 ? _mm512_srli_epi16(hv, 2) : _mm512_slli_epi16(hv, 2);
+                const __m512i v = _mm512_loadu_si512((const void *)(p + SA_Q6K16_LOW(c)));
+                const __m512i lo = _mm512_or_si512(_mm512_and_si512(v, m4), _mm512_and_si512(hl, m30));
+                const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4),
+                                                   _mm512_and_si512(hh, m30));
+#pragma GCC unroll 8
+                for (int r = 0; r < M; r++) {
+                    int32_t x0, x1;
+                    memcpy(&x0, xq + r * k + 256 * i + 8 * c, 4);
+                    memcpy(&x1, xq + r * k + 256 * i + 8 * c + 4, 4);
+                    a[r] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(a[r], lo, _mm512_set1_epi32(x0)), hi,
+                                               _mm512_set1_epi32(x1));
+                }
+            }
+#pragma GCC unroll 8
+            for (int r = 0; r < M; r++) isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(a[r], s32));
+        }
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+#pragma GCC unroll 8
+        for (int r = 0; r < M; r++)
+            fa[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r]), _mm512_mul_ps(d, _mm512_set1_ps(xd[r * nbp + i])), fa[r]);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < M; r++)
+        _mm512_storeu_ps(y + r * ldy, b ? _mm512_add_ps(fa[r], _mm512_loadu_ps(b)) : fa[r]);
+}
 #define SA_K16_CASE(M, CALL) case M: CALL(M); break;
 #endif
 
-/* sa_linear_q8k_rows for W in rows16.h's layout: the whole groups in [j0, j1) by sa_q4k16_group
- * where this copy has VNNI; every other row (every row in the other copies) unpacked to the
- * file's blocks and multiplied as Q4_K (the same sums; silkattn._api makes the layout only where
- * the VNNI copy runs). NaN rows if the row's buffer cannot be had. */
+/* sa_linear_q8k_rows for W in rows16.h's layouts (kind SA_Q4_K16 or SA_Q6_K16): the whole groups
+ * in [j0, j1) by sa_q4k16_group or sa_q6k16_group (AVX-512 VNNI copies), other rows and copies
+ * unpacked to the file's blocks and multiplied as Q4_K or Q6_K (the same sums; silkattn._api makes
+ * the layouts only where the VNNI copy runs). NaN rows if the row's buffer cannot be had. */
 static void SA_FN(sa_linear_q8k_rows)(int kind, const int8_t *xq, const SA_T *xd, const int16_t *xb, int64_t k,
                                       int64_t m, const uint8_t *w, int64_t ldw, const SA_T *b, int64_t j0,
                                       int64_t j1, SA_T *y, int64_t ldy);
-static void SA_FN(sa_q4k16_rows)(const int8_t *xq, const SA_T *xd, const int16_t *xb, int64_t k, int64_t m,
-                                 const uint8_t *w, int64_t ldw, const SA_T *b, int64_t j0, int64_t j1, SA_T *y,
-                                 int64_t ldy) {
+static void SA_FN(sa_k16_rows)(int kind, const int8_t *xq, const SA_T *xd, const int16_t *xb, int64_t k,
+                               int64_t m, const uint8_t *w, int64_t ldw, const SA_T *b, int64_t j0, int64_t j1,
+                               SA_T *y, int64_t ldy) {
     int64_t g0 = j1, g1 = j1;  /* the whole groups [g0, g1) */
 #if SA_X86 && SA_VBYTES == 64 && defined(__AVX512BW__) && defined(__AVX512VNNI__)
     g0 = (j0 + 15) / 16 * 16, g1 = j1 / 16 * 16;
     if (g1 < g0) g0 = g1 = j1;
     for (int64_t g = g0; g < g1; g += 16) {
 #define SA_K16_CALL(M) SA_FN(sa_q4k16_group)(M, w + g * ldw, xq, xd, xb, k, b ? b + g : NULL, y + g, ldy)
+#define SA_K616_CALL(M) SA_FN(sa_q6k16_group)(M, w + g * ldw, xq, xd, xb, k, b ? b + g : NULL, y + g, ldy)
+        if (kind == SA_Q6_K16) {
+            switch ((int)m) {
+                SA_K16_CASE(1, SA_K616_CALL) SA_K16_CASE(2, SA_K616_CALL) SA_K16_CASE(3, SA_K616_CALL)
+                SA_K16_CASE(4, SA_K616_CALL) SA_K16_CASE(5, SA_K616_CALL) SA_K16_CASE(6, SA_K616_CALL)
+                SA_K16_CASE(7, SA_K616_CALL) SA_K16_CASE(8, SA_K616_CALL)
+                default: break;
+            }
+            continue;
+        }
         switch ((int)m) {
             SA_K16_CASE(1, SA_K16_CALL) SA_K16_CASE(2, SA_K16_CALL) SA_K16_CASE(3, SA_K16_CALL)
             SA_K16_CASE(4, SA_K16_CALL) SA_K16_CASE(5, SA_K16_CALL) SA_K16_CASE(6, SA_K16_CALL)
             SA_K16_CASE(7, SA_K16_CALL) SA_K16_CASE(8, SA_K16_CALL)
             default: break;
         }
+#undef SA_K616_CALL
 #undef SA_K16_CALL
     }
 #endif
@@ -491,8 +579,12 @@ static void SA_FN(sa_q4k16_rows)(const int8_t *xq, const SA_T *xd, const int16_t
             for (int64_t r = 0; r < m; r++) y[r * ldy + j] = NAN;
             continue;
         }
-        sa_q4k16_unpack_row(w, ldw, j, row);
-        SA_FN(sa_linear_q8k_rows)(SA_Q4_K, xq, xd, xb, k, m, row, ldw, b ? b + j : NULL, 0, 1, y + j, ldy);
+        if (kind == SA_Q6_K16)
+            sa_q6k16_unpack_row(w, ldw, j, row);
+        else
+            sa_q4k16_unpack_row(w, ldw, j, row);
+        SA_FN(sa_linear_q8k_rows)(kind == SA_Q6_K16 ? SA_Q6_K : SA_Q4_K, xq, xd, xb, k, m, row, ldw,
+                                  b ? b + j : NULL, 0, 1, y + j, ldy);
     }
     free(row);
 }
@@ -508,8 +600,8 @@ static void SA_FN(sa_q4k16_rows)(const int8_t *xq, const SA_T *xd, const int16_t
 static void SA_FN(sa_linear_q8k_rows)(int kind, const int8_t *xq, const SA_T *xd, const int16_t *xb, int64_t k,
                                       int64_t m, const uint8_t *w, int64_t ldw, const SA_T *b, int64_t j0,
                                       int64_t j1, SA_T *y, int64_t ldy) {
-    if (kind == SA_Q4_K16) {
-        SA_FN(sa_q4k16_rows)(xq, xd, xb, k, m, w, ldw, b, j0, j1, y, ldy);
+    if (kind == SA_Q4_K16 || kind == SA_Q6_K16) {
+        SA_FN(sa_k16_rows)(kind, xq, xd, xb, k, m, w, ldw, b, j0, j1, y, ldy);
         return;
     }
 #define SA_Q8K_CALL(K, M) SA_FN(sa_q8k_rows)(K, M, xq, xd, xb, k, w, ldw, b, j0, j1, y, ldy)

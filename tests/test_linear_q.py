@@ -492,7 +492,7 @@ def test_the_integer_gemm_on_every_edge(rng, kind, m, blocks_a_row, n):
 @pytest.mark.parametrize("kind", ROWS16)
 @pytest.mark.parametrize("n, blocks_a_row", [(16, 1), (48, 3), (272, 2)])
 def test_blocks_in_groups_of_16_rows(rng, kind, n, blocks_a_row):
-    """The int8 decoding kernels' layouts of Q8_0, Q4_0, Q4_1, Q5_0 and Q4_K (quant.ROWS16,
+    """The int8 decoding kernels' layouts of Q8_0, Q4_0, Q4_1, Q5_0, Q4_K and Q6_K (quant.ROWS16,
     kernels/rows16.h): the file's bits rearranged in groups of 16 rows (unpacked back to the bit,
     each row's d where the layout puts it), and linear_qx on them, 1 to 8 rows with a bias, within
     the bound of the file's product and close to its result (the file's kernel: linear_q for the
@@ -500,7 +500,7 @@ def test_blocks_in_groups_of_16_rows(rng, kind, n, blocks_a_row):
     copy (test_portable) the rows unpacked."""
     lq = pytest.importorskip("silkattn._cy.linear_q")
     weights, size = ref.QUANT_BLOCKS[kind]
-    k = (256 if kind == "Q4_K" else 32) * blocks_a_row
+    k = weights * blocks_a_row
     W = QuantizedMatrix(kind, any_blocks(rng, kind, n, k), "int8")
     packed, code = lq.pack_rows16(W.blocks, W.code, 2)
     assert packed.shape == W.blocks.shape and packed.dtype == np.uint8 and code >= len(KINDS)
@@ -508,7 +508,8 @@ def test_blocks_in_groups_of_16_rows(rng, kind, n, blocks_a_row):
     nb = k // weights
     group = packed.reshape(n // 16, nb, 16 * size)
     rows = W.blocks.reshape(n // 16, 16, nb, size)
-    assert (group[..., :32].reshape(n // 16, nb, 16, 2) == rows[..., :2].swapaxes(1, 2)).all()
+    d = 208 if kind == "Q6_K" else 0  # the file's d (the layout's first 32 bytes: the 16 rows')
+    assert (group[..., :32].reshape(n // 16, nb, 16, 2) == rows[..., d:d + 2].swapaxes(1, 2)).all()
     b = rng.standard_normal(n).astype(np.float32)
     for m in range(1, LINEAR_ROWS + 1):
         X = rng.standard_normal((m, k)).astype(np.float32)
@@ -553,7 +554,7 @@ def test_int8_products_read_their_packed_copy(backend, rng, kind):
     assert W.__dict__["_rows16"] is first
     for other in (dataclasses.replace(W, activations="float32"),
                   QuantizedMatrix(kind, read_only(any_blocks(rng, kind, 40, 512)), "int8"),
-                  QuantizedMatrix("Q6_K", read_only(any_blocks(rng, "Q6_K", 32, 512)), "int8"),
+                  QuantizedMatrix("Q5_K", read_only(any_blocks(rng, "Q5_K", 32, 512)), "int8"),
                   QuantizedMatrix(kind, any_blocks(rng, kind, 32, 512), "int8")):
         assert other.rows16(pack) is None
 

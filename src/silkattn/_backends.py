@@ -54,8 +54,8 @@ class Kernels:
     gemm_q: Kernel = None           # the same with W as GGUF blocks, dequantized a panel a thread
     gemm_q8: Kernel = None          # the same with int8 activations as integer products (AVX-512 VNNI)
     matmul_int8: Kernel = None      # int8 A (m, k) B (k, n) summed exactly in int32 (the integer GEMM)
-    pack_rows16: Kernel = None      # Q4_K / Q5_0 blocks in groups of 16 rows for linear_qx's and layer_step's
-    #                                 int8 products (quant.ROWS16), where this CPU's copy runs them (VNNI)
+    pack_rows16: Kernel = None      # blocks in groups of 16 rows for linear_qx's and layer_step's int8
+    #                                 products (quant.ROWS16), where this CPU's copy runs them (VNNI)
     layer_step: Kernel = None       # one decoder layer for one token from its record (silkattn._step)
     layer_step_rows: Kernel = None  # the same for a batch's rows through several layers in one call,
     #                                 each row over its own cache of a pool

@@ -16,7 +16,7 @@ KINDS = tuple(ref.QUANT_BLOCKS)  # the block types; a kind's index is its code i
 ROW_KINDS = tuple(ref.QUANT_BYTES)
 # the kinds with a layout in groups of 16 rows for the int8 decoding kernels (QuantizedMatrix.rows16,
 # kernels/rows16.h): a backend's layouts of a file's blocks, with kernel-contract codes of their own
-ROWS16 = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q4_K")
+ROWS16 = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q4_K", "Q6_K")
 ACTIVATIONS = ("float32", "int8")  # what a product with the matrix does to X first (QuantizedMatrix)
 
 
