@@ -559,6 +559,27 @@ def test_int8_products_read_their_packed_copy(backend, rng, kind):
         assert other.rows16(pack) is None
 
 
+def test_packing_in_parts_is_packing_at_once(monkeypatch, rng):
+    """QuantizedMatrix.rows16 packs quant.PACK_BYTES of blocks at a time (each part's file pages
+    released before the next is packed): the parts side by side are the whole matrix's layout,
+    whatever the part's size, the last part shorter."""
+    lq = pytest.importorskip("silkattn._cy.linear_q")
+    from silkattn import quant
+
+    blocks = read_only(any_blocks(rng, "Q6_K", 80, 512))
+    whole = lq.pack_rows16(blocks, KINDS.index("Q6_K"), 1)
+    for part, sizes in ((32, [32, 32, 16]), (16, [16] * 5), (1, [16] * 5), (10 ** 6, [80])):
+        monkeypatch.setattr(quant, "PACK_BYTES", part * blocks.shape[1])
+        calls = []
+
+        def pack(b, code):
+            calls.append(b.shape[0])
+            return lq.pack_rows16(b, code, 1)
+
+        packed, code = QuantizedMatrix("Q6_K", blocks, "int8").rows16(pack)
+        assert calls == sizes and code == whole[1] and (packed == whole[0]).all()
+
+
 def test_packing_releases_the_file_pages_only(tmp_path, rng):
     """After QuantizedMatrix.rows16, blocks that are a read-only file mapping (a GGUF tensor) have
     their pages released and read back from the file unchanged; blocks in anonymous memory or a

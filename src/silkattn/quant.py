@@ -139,11 +139,10 @@ class QuantizedMatrix:
             return None
         packed = self.__dict__.get("_rows16")
         if packed is None:
-            blocks, code = pack(self.blocks, self.code)
+            blocks, code = _pack_released(pack, self.blocks, self.code)
             blocks.flags.writeable = False
             packed = (blocks, code)
             object.__setattr__(self, "_rows16", packed)  # a cache: the matrix it stands for is unchanged
-            _release_file_pages(self.blocks)
         return packed
 
     def dequantize(self):
@@ -153,6 +152,23 @@ class QuantizedMatrix:
     def __repr__(self):
         return (f"QuantizedMatrix({self.kind}, shape={self.shape}, {self.nbytes} bytes, "
                 f"{self.activations} activations)")
+
+
+PACK_BYTES = 1 << 22  # blocks packed at a time (whole groups of 16 rows), their file pages then released
+
+
+def _pack_released(pack, blocks, code):
+    """pack(blocks, code) a part of PACK_BYTES at a time, each part's file pages released once it is
+    packed (_release_file_pages), so that a matrix read from a file is in memory about once while it
+    is packed, not twice: the 1.1B model's Q6_K output head is 83 MB."""
+    n, ldw = blocks.shape
+    step = max(16, PACK_BYTES // ldw // 16 * 16)
+    out, kind = np.empty(blocks.shape, np.uint8), code
+    for a in range(0, n, step):
+        out[a:a + step], kind = pack(blocks[a:a + step], code)
+        _release_file_pages(blocks[a:a + step])
+    _release_file_pages(blocks)  # the pages across the parts' edges
+    return out, kind
 
 
 def _release_file_pages(a):
