@@ -187,17 +187,12 @@ static void SA_FN(sa_gq8_pack16)(int kind, const uint8_t *w, int64_t ldw, int64_
         }
         return;
     }
-    if (kind == SA_Q6_K16) {  /* v = q - 32, the high bits joined as sa_q6k16_group does */
-        const __m512i m30 = _mm512_set1_epi8(0x30), c32 = _mm512_set1_epi8(32);
+    if (kind == SA_Q6_K16) {  /* v = q - 32 */
+        const __m512i c32 = _mm512_set1_epi8(32);
         for (int64_t i = 0; i < k / 256; i++, o += SA_Q6K16_SUPER) {
             for (int c = 0; c < 32; c++) {
-                const __m512i hv = _mm512_loadu_si512((const void *)(o + SA_Q6K16_HIGH(c / 2)));
-                const __m512i hl = c & 1 ? hv : _mm512_slli_epi16(hv, 4);
-                const __m512i hh = c & 1 ? _mm512_srli_epi16(hv, 2) : _mm512_slli_epi16(hv, 2);
-                const __m512i q = _mm512_loadu_si512((const void *)(o + SA_Q6K16_LOW(c)));
-                const __m512i lo = _mm512_or_si512(_mm512_and_si512(q, low), _mm512_and_si512(hl, m30));
-                const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 4), low),
-                                                   _mm512_and_si512(hh, m30));
+                __m512i lo, hi;
+                SA_FN(sa_q6k16_bytes)(o, c, _mm512_loadu_si512((const void *)(o + SA_Q6K16_HIGH(c / 2))), &lo, &hi);
                 const int64_t t = 64 * i + 2 * c;
                 _mm512_store_si512((void *)(words + t * SA_GQ8_NR), _mm512_sub_epi8(lo, c32));
                 _mm512_store_si512((void *)(words + (t + 1) * SA_GQ8_NR), _mm512_sub_epi8(hi, c32));

@@ -351,6 +351,32 @@ static inline __attribute__((always_inline)) void SA_FN(sa_q8k_rows)(const int k
 }
 
 #if SA_X86 && SA_VBYTES == 64 && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+/* a[r] += one run's 16 rows of 4 + 4 weights (lo, hi: bytes of the rows' lanes) against x's 8 bytes
+ * at xq + r k + at, each 4 broadcast, for the M rows of x */
+static inline __attribute__((always_inline)) void SA_FN(sa_k16_run)(const int M, __m512i *a, __m512i lo, __m512i hi,
+                                                                    const int8_t *xq, int64_t k, int64_t at) {
+#pragma GCC unroll 8
+    for (int r = 0; r < M; r++) {
+        int32_t x0, x1;
+        memcpy(&x0, xq + r * k + at, 4);
+        memcpy(&x1, xq + r * k + at + 4, 4);
+        a[r] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(a[r], lo, _mm512_set1_epi32(x0)), hi, _mm512_set1_epi32(x1));
+    }
+}
+
+/* Q6_K16's low run c of the super-block at p as the 16 rows' 6-bit values (q, 0 .. 63): *lo the
+ * first 4 weights of each row's 8, *hi the others; hv: high run c / 2. The high bits go to bits
+ * 4, 5 from bits 0, 1 (low nibbles) and 2, 3 (high) of hv for an even c, 4, 5 and 6, 7 for odd. */
+static inline __attribute__((always_inline)) void SA_FN(sa_q6k16_bytes)(const uint8_t *p, int c, __m512i hv,
+                                                                        __m512i *lo, __m512i *hi) {
+    const __m512i m4 = _mm512_set1_epi8(15), m30 = _mm512_set1_epi8(0x30);
+    const __m512i hl = c & 1 ? hv : _mm512_slli_epi16(hv, 4);
+    const __m512i hh = c & 1 ? _mm512_srli_epi16(hv, 2) : _mm512_slli_epi16(hv, 2);
+    const __m512i v = _mm512_loadu_si512((const void *)(p + SA_Q6K16_LOW(c)));
+    *lo = _mm512_or_si512(_mm512_and_si512(v, m4), _mm512_and_si512(hl, m30));
+    *hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), _mm512_and_si512(hh, m30));
+}
+
 /* y[:M, g:g + 16] (+ b[g:g + 16]) for the 16 rows of the group at wg (rows16.h's layout), x as
  * sa_q8k_rows's: per sub-block b and row of x, a[r] = sum_t q x (16 rows' lanes: vpdpbusd of a
  * run's nibbles against 4 bytes of x broadcast), then s_b a[r] and m_b sum(q_x)_b as int32 lanes
@@ -428,15 +454,8 @@ static inline __attribute__((always_inline)) void SA_FN(sa_q4k16_group)(const in
 #pragma GCC unroll 4
             for (int c = 4 * sb; c < 4 * sb + 4; c++) {
                 const __m512i v = _mm512_loadu_si512((const void *)(p + 256 + 64 * c));
-                const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-#pragma GCC unroll 8
-                for (int r = 0; r < M; r++) {
-                    int32_t x0, x1;
-                    memcpy(&x0, xq + r * k + 256 * i + 8 * c, 4);
-                    memcpy(&x1, xq + r * k + 256 * i + 8 * c + 4, 4);
-                    a[r] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(a[r], lo, _mm512_set1_epi32(x0)), hi,
-                                               _mm512_set1_epi32(x1));
-                }
+                SA_FN(sa_k16_run)(M, a, _mm512_and_si512(v, m4), _mm512_and_si512(_mm512_srli_epi16(v, 4), m4), xq, k,
+                                  256 * i + 8 * c);
             }
 #pragma GCC unroll 8
             for (int r = 0; r < M; r++) isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(a[r], s32));
@@ -465,7 +484,6 @@ static inline __attribute__((always_inline)) void SA_FN(sa_q6k16_group)(const in
                                                                         const int16_t *xb, int64_t k,
                                                                         const SA_T *b, SA_T *y, int64_t ldy) {
     const int64_t nb = k / 256, nbp = (k / 32 + SA_QCH - 1) / SA_QCH * SA_QCH, nx = k / 16;
-    const __m512i m4 = _mm512_set1_epi8(15), m30 = _mm512_set1_epi8(0x30);
     __m512 fa[SA_QROWS];
 #pragma GCC unroll 8
     for (int r = 0; r < M; r++) fa[r] = _mm512_setzero_ps();
@@ -502,22 +520,9 @@ static inline __attribute__((always_inline)) void SA_FN(sa_q6k16_group)(const in
             for (int r = 0; r < M; r++) a[r] = _mm512_setzero_si512();
 #pragma GCC unroll 2
             for (int c = 2 * s; c < 2 * s + 2; c++) {
-                /* the high bits of the run's low nibbles to bits 4, 5 (bits 0, 1 or 4, 5 of hv), of its
-                 * high ones (bits 2, 3 or 6, 7) */
-                const __m512i hl = c & 1 ? hv : _mm512_slli_epi16(hv, 4);
-                const __m512i hh = c & 1 ? _mm512_srli_epi16(hv, 2) : _mm512_slli_epi16(hv, 2);
-                const __m512i v = _mm512_loadu_si512((const void *)(p + SA_Q6K16_LOW(c)));
-                const __m512i lo = _mm512_or_si512(_mm512_and_si512(v, m4), _mm512_and_si512(hl, m30));
-                const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4),
-                                                   _mm512_and_si512(hh, m30));
-#pragma GCC unroll 8
-                for (int r = 0; r < M; r++) {
-                    int32_t x0, x1;
-                    memcpy(&x0, xq + r * k + 256 * i + 8 * c, 4);
-                    memcpy(&x1, xq + r * k + 256 * i + 8 * c + 4, 4);
-                    a[r] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(a[r], lo, _mm512_set1_epi32(x0)), hi,
-                                               _mm512_set1_epi32(x1));
-                }
+                __m512i lo, hi;
+                SA_FN(sa_q6k16_bytes)(p, c, hv, &lo, &hi);
+                SA_FN(sa_k16_run)(M, a, lo, hi, xq, k, 256 * i + 8 * c);
             }
 #pragma GCC unroll 8
             for (int r = 0; r < M; r++) isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(a[r], s32));
