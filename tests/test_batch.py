@@ -18,7 +18,11 @@ def files(tmp_path_factory):
     paths = {"llama-Q4_1": ("Q4_1", {}), "mqa-F16": ("F16", {"h": 8, "h_kv": 1, "n_layers": 3}),
              "qwen2-Q8_0": ("Q8_0", {"arch": "qwen2"}),
              "gemma3-window-Q8_0": ("Q8_0", {"arch": "gemma3", "n_layers": 3, "window": 8, "d_head": 24}),
-             "gemma3-window-48-Q8_0": ("Q8_0", {"arch": "gemma3", "n_layers": 3, "window": 48, "d_head": 24})}
+             "gemma3-window-48-Q8_0": ("Q8_0", {"arch": "gemma3", "n_layers": 3, "window": 48, "d_head": 24}),
+             # a Q4_K_M-like mix (d 256: K-quant rows), its down projections and output head Q6_K
+             "llama-Q4_K_M": ("Q4_K", {"d": 256, "d_ff": 512, "tied": False, "types": {
+                 "token_embd.weight": "Q8_0", "output.weight": "Q6_K", "blk.0.ffn_down.weight": "Q6_K",
+                 "blk.1.ffn_down.weight": "Q6_K"}})}
     for name, (kind, kw) in paths.items():
         paths[name] = str(root / f"{name}.gguf")
         llama_files.write(paths[name], kind, context=96, **kw)
@@ -104,7 +108,8 @@ def _lone_logits(model, ids, new):  # -> each step's logits as generate(ids) wri
 
 
 @pytest.mark.parametrize("name, activations", [("llama-Q4_1", "int8"), ("qwen2-Q8_0", "int8"),
-                                              ("gemma3-window-Q8_0", "int8"), ("llama-Q4_1", "float32")])
+                                              ("gemma3-window-Q8_0", "int8"), ("llama-Q4_1", "float32"),
+                                              ("llama-Q4_K_M", "int8")])
 def test_batches_give_generate_s_logits_to_the_bit(files, name, activations):
     """cython: 13 prompts of 1 to 30 tokens (more rows than a few-row call's 8),
     default pages: every step's logits of every sequence, bit for bit, those generate's own prefill
@@ -114,7 +119,8 @@ def test_batches_give_generate_s_logits_to_the_bit(files, name, activations):
     Q8_0's offsets in another order, the float32 GEMM is the BLAS's), the output head of up to
     Q8_ROWS rows in the few-row kernels, a
     one-token prompt a decoding step at position 0 (generate's prefill of it is the fused step);
-    Gemma 3's window (8 positions) shorter than most prompts."""
+    Gemma 3's window (8 positions) shorter than most prompts; a Q4_K_M-like file's Q4_K and Q6_K
+    matrices in their 16-row layouts (its Q6_K head's rows not whole groups: the file's)."""
     import silkattn
     if not silkattn.backends()["cython"].startswith("available"):
         pytest.skip("the cython backend is not built")
@@ -124,6 +130,10 @@ def test_batches_give_generate_s_logits_to_the_bit(files, name, activations):
     rng = np.random.default_rng(5)
     with silkattn.use_backend("cython"):
         model = llama.load(files[name], activations=activations)
+        if name == "llama-Q4_K_M":  # the products read the layouts (read-only blocks, whole groups)
+            kinds = {model.head.kind} | {W.kind for L in model.layers for W in (L.wd, L.wqkv)}
+            pack = silkattn.cython.KERNELS.pack_rows16  # the head's 265 rows are not whole groups
+            assert kinds == {"Q4_K", "Q6_K"} and all(L.wd.rows16(pack) is not None for L in model.layers)
         lengths = (1, 2, 3, 5, 7, 8, 9, 12, 16, 17, 20, 25, 30)
         prompts = [list(rng.integers(3, model.config.vocab, n)) for n in lengths]
         logits = _step_logits(batch.Batch(model, max_batch=16), prompts, 10)
