@@ -1,6 +1,8 @@
 """Generation with a KV cache: the incremental logits equal a full recompute at every step (so the
 positions continue from the prompt and the cache holds every earlier key), greedy tokens equal the
 reference's recompute-every-step generate on every backend, sampling is reproducible."""
+import re
+
 import numpy as np
 import pytest
 from test_seq2seq import as_f64, small_seq2seq
@@ -209,6 +211,36 @@ def test_aligned_arrays_start_on_a_cache_line(shape, dtype):
         assert a.size == 0 or a.ctypes.data % 64 == 0  # an empty array has no first element
     arrays[0][...] = 1  # the whole array is writable memory of its own
     assert all(not np.shares_memory(arrays[0], b) for b in arrays[1:])
+
+
+def test_huge_arrays_are_cut_apart_on_memory_advised_for_huge_pages():
+    """_aligned.huge: arrays of their own (on cache lines, apart), end to end in chunks the kernel is
+    asked to back with 2 MB pages (smaps' THPeligible), a chunk of their own for big ones."""
+    shapes = [(3, 5), (1000,), (16, 40), (0, 4), (_aligned.CHUNK + 1,), (7,)]
+    arrays = [_aligned.huge(shape, np.uint8) for shape in shapes]
+    for a, shape in zip(arrays, shapes):
+        assert a.shape == shape and a.dtype == np.uint8 and a.flags.c_contiguous and a.flags.writeable
+        assert a.size == 0 or a.ctypes.data % 64 == 0
+        a[...] = 7
+    for i, a in enumerate(arrays):
+        assert not any(np.shares_memory(a, b) for b in arrays[i + 1:])
+        assert (a == 7).all()
+    f = _aligned.huge((2, 3), np.float32)
+    assert f.dtype == np.float32 and f.shape == (2, 3) and f.ctypes.data % 64 == 0
+    try:
+        advised = "[never]" not in open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+        smaps = open("/proc/self/smaps").read()
+    except OSError:
+        pytest.skip("no transparent huge pages to ask for here (not Linux)")
+    for a in (arrays[0], arrays[4]):  # a small array's chunk, a big array's own
+        at = a.ctypes.data
+        for vma in re.split(r"\n(?=[0-9a-f]+-[0-9a-f]+ )", smaps):
+            lo, hi = (int(x, 16) for x in vma.split(" ", 1)[0].split("-"))
+            if lo <= at < hi:
+                assert bool(re.search(r"^THPeligible:\s+1$", vma, re.M)) == advised, vma
+                break
+        else:
+            raise AssertionError("the array's mapping is not in smaps")
 
 
 @pytest.mark.parametrize("kwargs, error, text", [

@@ -2,10 +2,18 @@
 threshold (128 KB at first) starts 16 bytes into a page, so every 64-byte load of its rows spans two
 cache lines. The attention kernels read a KV cache placed so in 5% (grouped-query decoding) to 16%
 (one query per K/V head) more time than an aligned one over 4096 keys on a Zen 4 core, bitwise the
-same results; the models allocate their caches here."""
+same results; the models allocate their caches here. Weights packed for the kernels go in huge
+pages (huge())."""
+import threading
+
 import numpy as np
 
 LINE = 64  # bytes: a cache line, and one AVX-512 vector
+HUGE = 2 << 20  # bytes: an x86-64 huge page
+CHUNK = 64 << 20  # bytes of address space a chunk of huge(): resident only as its huge pages are written
+
+_chunk = [None]  # the current chunk's part not yet handed out (uint8, from a HUGE boundary)
+_lock = threading.Lock()
 
 
 def empty(shape, dtype):
@@ -33,3 +41,32 @@ def pages(shape, dtype):
     m = mmap.mmap(-1, n)
     m.madvise(mmap.MADV_NOHUGEPAGE)
     return np.frombuffer(m, dtype).reshape(shape)  # the array keeps the mapping alive
+
+
+def huge(shape, dtype):
+    """np.empty(shape, dtype) on memory the kernel is asked to back with 2 MB pages (transparent huge
+    pages), for arrays that live as long as a model and are read whole at every step: its weights
+    packed for the kernels (quant.QuantizedMatrix.rows16). numpy asks for huge pages only on arrays
+    of 4 MB or more; SmolLM2's matrices are 0.2-0.55 MB, so on 4 KB pages each 4 KB of them took a
+    TLB entry of its own and the hardware prefetchers, which stop at a page's edge, began again on
+    each (docs/kernels.md gives the 8-row step's times). Arrays are cut end to end, each from a
+    cache line, from chunks of CHUNK bytes of private anonymous memory, so that small ones share
+    huge pages (a chunk is resident in HUGE units as they are written, and unmapped when its last
+    array goes). Where mmap has no MADV_HUGEPAGE (not Linux): empty()."""
+    import mmap
+    dtype = np.dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if n == 0 or not hasattr(mmap, "MADV_HUGEPAGE"):
+        return empty(shape, dtype)
+    with _lock:
+        free = _chunk[0]
+        if free is None or free.size < n:
+            size = max(CHUNK, -(-n // HUGE) * HUGE)
+            m = mmap.mmap(-1, size + HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+            m.madvise(mmap.MADV_HUGEPAGE)
+            whole = np.frombuffer(m, np.uint8)  # the arrays cut from it keep the mapping alive
+            start = -whole.ctypes.data % HUGE
+            free = whole[start:start + size]
+        out = free[:n]
+        _chunk[0] = free[-(-n // LINE) * LINE:]
+    return out.view(dtype).reshape(shape)

@@ -8,6 +8,7 @@ import mmap
 
 import numpy as np
 
+from . import _aligned
 from . import reference as ref
 
 KINDS = tuple(ref.QUANT_BLOCKS)  # the block types; a kind's index is its code in the kernel contract
@@ -163,7 +164,7 @@ def _pack_released(pack, blocks, code):
     is packed, not twice: the 1.1B model's Q6_K output head is 83 MB."""
     n, ldw = blocks.shape
     step = max(16, PACK_BYTES // ldw // 16 * 16)
-    out, kind = np.empty(blocks.shape, np.uint8), code
+    out, kind = _aligned.huge(blocks.shape, np.uint8), code
     for a in range(0, n, step):
         out[a:a + step], kind = pack(blocks[a:a + step], code)
         _release_file_pages(blocks[a:a + step])
