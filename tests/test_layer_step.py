@@ -214,6 +214,10 @@ def test_layer_step_rows_refuses_what_it_cannot_run(rng):
         run(step, X, [1, 2], K[:, :, :4].copy(), V, [0, 1])
     with pytest.raises(ValueError, match="overlap"):  # rows inside the pool itself
         run(step, K.reshape(-1)[:2 * d].reshape(2, d), [1, 2], K, V, [0, 1])
+    with pytest.raises(ValueError, match="overlap"):  # rows inside the values' pool, the step's scratch
+        run(step, V.reshape(-1)[-2 * d:].reshape(2, d), [1, 2], K, V, [0, 1])
+    with pytest.raises(ValueError, match="overlap"):
+        run(step, step.scratch.hn[-d:].reshape(1, d), [1], K, V, [0])
     listing, shape, d = CASES["listing pre-norm"](rng)
     K, V = (np.zeros((3,) + shape, np.float32) for _ in range(2))
     with pytest.raises(ValueError, match="Llama-family"):

@@ -86,6 +86,7 @@ import dataclasses
 import math
 
 import numpy as np
+from numpy.lib.array_utils import byte_bounds
 
 from . import _blas, _cache, _threads, quant
 from . import _checks as check
@@ -1582,9 +1583,10 @@ def layer_step_rows(kernels, step, X, positions, K_pages, V_pages, pages):
             or not X.flags.c_contiguous or not X.flags.writeable:
         raise ValueError(f"X must be a writeable C-contiguous float32 array of shape (rows, {d}), got "
                          f"{type(X).__name__} {getattr(X, 'dtype', '')} {getattr(X, 'shape', '')}")
-    rows, last = [], None
+    positions, pages = _index_rows(positions, "positions", len(X)), _index_rows(pages, "pages", len(X))
+    rows, last, x_at = [], None, _address(X)
     for L, K, V in zip(steps, Ks, Vs):
-        rows.append(_layer_rows(L, X, positions, K, V, pages, last))
+        rows.append(_layer_rows(L, X, x_at, positions, K, V, pages, last))
         last = L, rows[-1]
     if kernels.layer_step_rows is None:
         for L, K, V, (positions_, pages_, *_) in zip(steps, Ks, Vs, rows):
@@ -1596,13 +1598,16 @@ def layer_step_rows(kernels, step, X, positions, K_pages, V_pages, pages):
     return X
 
 
-def _layer_rows(step, X, positions, K_pages, V_pages, pages, last):  # -> positions, pages, at, cos, sin
-    """One record's part of layer_step_rows, checked (last: the previous record and its result, whose
-    rotary rows are taken again where the tables are the same)."""
-    if step.post_norm or step.has_cross or not step.gated or step.d != X.shape[1] \
-            or any(P.kind == _step_mod.DENSE for P in step.products):
-        raise ValueError("step must be a Llama-family layer's record (block products, pre-norm, a gated "
-                         "feed-forward, no cross-attention; all of X's width) for layer_step_rows")
+def _layer_rows(step, X, x_at, positions, K_pages, V_pages, pages, last):  # -> positions, pages, at, cos, sin
+    """One record's part of layer_step_rows, checked (x_at: X's address; positions, pages: int64 (m,);
+    last: the previous record and its result, whose rows are taken again where its keys and rotary
+    tables are the same: each layer of a model's step would give the same ones)."""
+    if step.d != X.shape[1] or not step.prepared.get("rows_record"):  # the record's kind: checked once
+        if step.post_norm or step.has_cross or not step.gated or step.d != X.shape[1] \
+                or any(P.kind == _step_mod.DENSE for P in step.products):
+            raise ValueError("step must be a Llama-family layer's record (block products, pre-norm, a "
+                             "gated feed-forward, no cross-attention; all of X's width) for layer_step_rows")
+        step.prepared["rows_record"] = True
     page_shape = (step.h_kv, step.capacity, step.dh)
     for name, a in (("K_pages", K_pages), ("V_pages", V_pages)):
         if type(a) is not np.ndarray or a.dtype != _F32 or a.ndim != 4 or a.shape[1:] != page_shape \
@@ -1613,34 +1618,45 @@ def _layer_rows(step, X, positions, K_pages, V_pages, pages, last):  # -> positi
                              f"{getattr(a, 'shape', type(a).__name__)}")
     if K_pages.shape != V_pages.shape:
         raise ValueError(f"V_pages must have K_pages' shape {K_pages.shape}, got {V_pages.shape}")
-    same = last is not None and last[0].cos is step.cos and last[0].sin is step.sin
-    tables = last[1][3:] if same else None
-    positions, pages, at, cos, sin = _rows_of(step, positions, pages, len(X), len(K_pages), tables)
-    # X's range against the pools' and scratch's, checked once while the same arrays come back
-    seen = (_address(X), X.nbytes, _address(K_pages), _address(V_pages), K_pages.nbytes)
-    if step.prepared.get("rows_x") != seen:
-        if any(np.may_share_memory(X, a) for a in (K_pages, V_pages, *step.scratch.arrays)):
-            raise ValueError("X must not overlap the pools or the step's scratch")
-        step.prepared["rows_x"] = seen
-    return positions, pages, at, cos, sin
+    if last is not None and _rows_key(last[0]) == _rows_key(step) and len(K_pages) == last[1][5]:
+        same = last[0].cos is step.cos and last[0].sin is step.sin
+        positions, pages, at, cos, sin, _ = last[1]
+        if not same:
+            cos, sin = _rotary_rows(step, positions)
+    else:
+        positions, pages, at, cos, sin = _rows_of(step, positions, pages, len(X), len(K_pages))
+    # X's bytes against the pools' and the scratch's (X, K and V are contiguous: a range each; every
+    # step's X is a new array, so this is a step's cost: numpy's may_share_memory took 0.3 ms of it)
+    spans = step.prepared.get("rows_scratch")
+    if spans is None:
+        spans = step.prepared["rows_scratch"] = [byte_bounds(a) for a in step.scratch.arrays]
+    k_at, v_at, x_end = _address(K_pages), _address(V_pages), x_at + X.nbytes
+    if any(lo < x_end and x_at < hi for lo, hi in (*spans, (k_at, k_at + K_pages.nbytes),
+                                                   (v_at, v_at + V_pages.nbytes))):
+        raise ValueError("X must not overlap the pools or the step's scratch")
+    return positions, pages, at, cos, sin, len(K_pages)
+
+
+def _rows_key(step):  # what a record's rows (_rows_of's at) depend on besides the positions and pages
+    return step.positions, step.ring, step.window, step.capacity, step.h_kv, step.dh
 
 
 _NO_ROWS = np.zeros((0, 1), np.float32)
 
 
-def _rows_of(step, positions, pages, m, n_pages, tables=None):  # -> positions, pages, at (m, 4), cos, sin
-    """layer_step_rows' checked rows and what the kernel reads of them: at[r] = the cache row of
-    positions[r], the first row its query sees, the rows seen, and its page's first element; cos,
-    sin: its rotary rows (tables: those already taken from the same tables). The checks and at are
-    kept by value (silkattn._cache, read-only): every layer of a batch's step passes the same rows."""
-    positions, pages = (_index_rows(a, name, m) for a, name in ((positions, "positions"), (pages, "pages")))
-    key = ("layer_step_rows", positions.tobytes(), pages.tobytes(), n_pages, step.positions, step.ring,
-           step.window, step.capacity, step.h_kv, step.dh)
+def _rows_of(step, positions, pages, m, n_pages):  # -> positions, pages, at (m, 4), cos, sin
+    """layer_step_rows' checked rows (int64 (m,) each) and what the kernel reads of them: at[r] = the
+    cache row of positions[r], the first row its query sees, the rows seen, and its page's first
+    element; cos, sin: its rotary rows. The checks and at are kept by value (silkattn._cache,
+    read-only): a batch's steps come back to the same rows."""
+    key = ("layer_step_rows", positions.tobytes(), pages.tobytes(), n_pages, *_rows_key(step))
     positions, pages, at = _cache.get(key, lambda: _checked_rows(step, positions, pages, m, n_pages))
-    if tables is not None:
-        return (positions, pages, at, *tables)
+    return (positions, pages, at, *_rotary_rows(step, positions))
+
+
+def _rotary_rows(step, positions):  # -> cos, sin (m, dh / 2): the record's rotary rows of the positions
     rope = step.cos.size != 0
-    return (positions, pages, at, *(t[positions] if rope else _NO_ROWS for t in (step.cos, step.sin)))
+    return tuple(t[positions] if rope else _NO_ROWS for t in (step.cos, step.sin))
 
 
 def _checked_rows(step, positions, pages, m, n_pages):  # -> positions, pages, at: read-only copies
