@@ -215,7 +215,7 @@ def test_aligned_arrays_start_on_a_cache_line(shape, dtype):
 
 def test_huge_arrays_are_cut_apart_on_memory_advised_for_huge_pages():
     """_aligned.huge: arrays of their own (on cache lines, apart), end to end in chunks the kernel is
-    asked to back with 2 MB pages (smaps' THPeligible), a chunk of their own for big ones."""
+    asked to back with 2 MB pages (smaps' THPeligible), a mapping of their own for big ones."""
     shapes = [(3, 5), (1000,), (16, 40), (0, 4), (_aligned.CHUNK + 1,), (7,)]
     arrays = [_aligned.huge(shape, np.uint8) for shape in shapes]
     for a, shape in zip(arrays, shapes):
@@ -229,18 +229,20 @@ def test_huge_arrays_are_cut_apart_on_memory_advised_for_huge_pages():
     assert f.dtype == np.float32 and f.shape == (2, 3) and f.ctypes.data % 64 == 0
     try:
         advised = "[never]" not in open("/sys/kernel/mm/transparent_hugepage/enabled").read()
-        smaps = open("/proc/self/smaps").read()
+        smaps = re.split(r"\n(?=[0-9a-f]+-[0-9a-f]+ )", open("/proc/self/smaps").read())
     except OSError:
         pytest.skip("no transparent huge pages to ask for here (not Linux)")
-    for a in (arrays[0], arrays[4]):  # a small array's chunk, a big array's own
-        at = a.ctypes.data
-        for vma in re.split(r"\n(?=[0-9a-f]+-[0-9a-f]+ )", smaps):
+
+    def eligible(at):  # smaps' THPeligible of the mapping at address `at`
+        for vma in smaps:
             lo, hi = (int(x, 16) for x in vma.split(" ", 1)[0].split("-"))
             if lo <= at < hi:
-                assert bool(re.search(r"^THPeligible:\s+1$", vma, re.M)) == advised, vma
-                break
-        else:
-            raise AssertionError("the array's mapping is not in smaps")
+                return bool(re.search(r"^THPeligible:\s+1$", vma, re.M))
+        raise AssertionError(f"no mapping at {at:#x} in smaps")
+    # a small array's chunk, a big array's own mapping; the big one's end (past its last whole huge
+    # page) is not, so that it does not make a whole huge page resident
+    assert eligible(arrays[0].ctypes.data) == eligible(arrays[4].ctypes.data) == advised
+    assert not eligible(arrays[4].ctypes.data + arrays[4].nbytes - 1)
 
 
 @pytest.mark.parametrize("kwargs, error, text", [

@@ -11,6 +11,7 @@ import numpy as np
 LINE = 64  # bytes: a cache line, and one AVX-512 vector
 HUGE = 2 << 20  # bytes: an x86-64 huge page
 CHUNK = 64 << 20  # bytes of address space a chunk of huge(): resident only as its huge pages are written
+BIG = 4 << 20  # bytes: a huge() array this big has a mapping of its own (a chunk would leave its rest)
 
 _chunk = [None]  # the current chunk's part not yet handed out (uint8, from a HUGE boundary)
 _lock = threading.Lock()
@@ -49,24 +50,35 @@ def huge(shape, dtype):
     packed for the kernels (quant.QuantizedMatrix.rows16). numpy asks for huge pages only on arrays
     of 4 MB or more; SmolLM2's matrices are 0.2-0.55 MB, so on 4 KB pages each 4 KB of them took a
     TLB entry of its own and the hardware prefetchers, which stop at a page's edge, began again on
-    each (docs/kernels.md gives the 8-row step's times). Arrays are cut end to end, each from a
+    each (docs/kernels.md gives the times). Arrays under BIG bytes are cut end to end, each from a
     cache line, from chunks of CHUNK bytes of private anonymous memory, so that small ones share
-    huge pages (a chunk is resident in HUGE units as they are written, and unmapped when its last
-    array goes). Where mmap has no MADV_HUGEPAGE (not Linux): empty()."""
+    huge pages (a chunk is resident in HUGE units as it is written: at most one partly used huge
+    page beyond its arrays); a bigger one has a mapping of its own, its whole huge pages advised
+    and its end in 4 KB pages, as numpy gives one. A mapping is unmapped when its last array goes.
+    Where mmap has no MADV_HUGEPAGE (not Linux): empty()."""
     import mmap
     dtype = np.dtype(dtype)
     n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if n == 0 or not hasattr(mmap, "MADV_HUGEPAGE"):
         return empty(shape, dtype)
+    if n >= BIG:
+        return _mapped(n, n // HUGE * HUGE).view(dtype).reshape(shape)
     with _lock:
         free = _chunk[0]
         if free is None or free.size < n:
-            size = max(CHUNK, -(-n // HUGE) * HUGE)
-            m = mmap.mmap(-1, size + HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-            m.madvise(mmap.MADV_HUGEPAGE)
-            whole = np.frombuffer(m, np.uint8)  # the arrays cut from it keep the mapping alive
-            start = -whole.ctypes.data % HUGE
-            free = whole[start:start + size]
+            free = _mapped(CHUNK, CHUNK)
         out = free[:n]
         _chunk[0] = free[-(-n // LINE) * LINE:]
     return out.view(dtype).reshape(shape)
+
+
+def _mapped(n, advise):  # -> uint8 (n) from a HUGE boundary of a mapping of its own
+    """advise: its first `advise` bytes (a multiple of HUGE) asked for in huge pages; the rest stays in
+    4 KB pages, so that the end of a big array does not make a whole huge page resident."""
+    import mmap
+    m = mmap.mmap(-1, n + HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    whole = np.frombuffer(m, np.uint8)  # the arrays cut from it keep the mapping alive
+    start = -whole.ctypes.data % HUGE
+    if advise:
+        m.madvise(mmap.MADV_HUGEPAGE, start, advise)
+    return whole[start:start + n]
