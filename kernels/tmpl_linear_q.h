@@ -339,6 +339,25 @@ static void SA_FN(sa_quantize_q8)(const SA_T *x, int64_t k, int64_t m, int8_t *x
         for (int64_t i = 0; i < nb; i++) {
             const SA_T *b = x + r * k + i * 32;
             int8_t *q = xq + r * k + i * 32;
+#if SA_X86 && SA_VBYTES == 64 && SA_TBYTES == 4 && defined(__AVX512F__)
+            /* the same operations 16 lanes at a time: max of |x| (exact in any order without NaN;
+             * with one, d is NaN whatever a is), x inv rounded by the current mode as rintf */
+            const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+            const __m512 v0 = _mm512_abs_ps(b0), v1 = _mm512_abs_ps(b1), top = _mm512_set1_ps(3.40282347e38f);
+            const int nan = (_mm512_cmp_ps_mask(v0, top, _CMP_NLE_UQ) | _mm512_cmp_ps_mask(v1, top, _CMP_NLE_UQ)) != 0;
+            const SA_T a = _mm512_reduce_max_ps(_mm512_max_ps(v0, v1));
+            int32_t sum = 0;
+            if (nan || a == 0) {
+                memset(q, 0, 32);
+            } else {
+                const __m512 inv = _mm512_set1_ps(127.0f / a);
+                const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(b0, inv));
+                const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(b1, inv));
+                _mm_storeu_si128((__m128i *)q, _mm512_cvtepi32_epi8(q0));
+                _mm_storeu_si128((__m128i *)(q + 16), _mm512_cvtepi32_epi8(q1));
+                sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+            }
+#else
             SA_T a = 0;
             int nan = 0;
             for (int t = 0; t < 32; t++) {
@@ -356,6 +375,7 @@ static void SA_FN(sa_quantize_q8)(const SA_T *x, int64_t k, int64_t m, int8_t *x
                     sum += q[t];
                 }
             }
+#endif
             const SA_T d = nan ? NAN : a / 127.0f;
             xd[r * nbp + i] = d;
             xs[r * nbp + i] = d * (SA_T)sum;
