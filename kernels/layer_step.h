@@ -270,9 +270,9 @@ static inline void sa_layer_attention(int isa, const sa_layer *L, const sa_norm 
         const int64_t g = u / group, first = cross ? 0 : L->key0 * L->row_stride;
         const float *K = cross ? L->Km + g * dh : L->K + g * L->head_stride + first;
         const float *V = cross ? L->Vm + g * dh : L->V + g * L->head_stride + first;
-        SA_PICK(sa_decode_head_f32, isa)(L->qkv_out + u * dh, K, V, cross ? d : L->row_stride,
-                                         cross ? L->n_src : L->nkeys, dh, L->scale, cross ? L->keep : NULL,
-                                         L->scores + u * L->ld_scores, L->a + u * dh);
+        SA_PICK(sa_decode_heads_f32, isa)(L->qkv_out + u * dh, 1, K, V, cross ? d : L->row_stride,
+                                          cross ? L->n_src : L->nkeys, dh, L->scale, cross ? L->keep : NULL,
+                                          L->scores + u * L->ld_scores, L->ld_scores, L->a + u * dh);
     }
     sa_layer_out(isa, L, Wo, L->a, post, L->hn);  /* hn is free: the projection has read it */
     if (L->post_norm) {
@@ -471,19 +471,21 @@ static void sa_layer_rows_body(int isa, const sa_layer *L, const sa_rows *R) {
             }
         }
         /* each row's query heads over its own keys, a task a row's K/V head: the group's query heads
-         * one after another on one thread, so that the head's keys and values come from memory once
-         * (the pool is far larger than the caches; tasks of single query heads read them group
-         * times). Rows of unequal key counts: a static split left one thread waiting. */
+         * in one call, so that the head's keys and values come from memory once (the pool is far
+         * larger than the caches; tasks of single query heads read them group times), and into
+         * the core once (sa_decode_heads). Rows of unequal key counts: a static split left one
+         * thread waiting. */
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
         for (int64_t rg = 0; rg < m * hkv; rg++) {
             const int64_t r = rg / hkv, g = rg % hkv;
             const int64_t first = R->at[4 * r + 3] + g * L->head_stride + R->at[4 * r + 1] * L->row_stride;
-            for (int64_t u = g * group; u < (g + 1) * group; u++)
-                SA_PICK(sa_decode_head_f32, isa)(R->qkv + r * nq + u * dh, R->K + first, R->V + first,
-                                                 L->row_stride, R->at[4 * r + 2], dh, L->scale, NULL,
-                                                 R->scores + (r * h + u) * L->ld_scores, R->a + r * h * dh + u * dh);
+            const int64_t u = g * group;
+            SA_PICK(sa_decode_heads_f32, isa)(R->qkv + r * nq + u * dh, group, R->K + first, R->V + first,
+                                              L->row_stride, R->at[4 * r + 2], dh, L->scale, NULL,
+                                              R->scores + (r * h + u) * L->ld_scores, L->ld_scores,
+                                              R->a + r * h * dh + u * dh);
         }
         sa_rows_product(isa, L, R, &L->o, 1, R->a, R->y, d);
         sa_rows_residual(isa, L, R, L->post1);

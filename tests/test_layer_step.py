@@ -165,6 +165,26 @@ def test_layer_step_rows_is_each_row_alone(on_backend, threads, rng, case):
         assert on_backend != "numba" or np.array_equal(a, b)
 
 
+@pytest.mark.parametrize("h, h_kv", [(3, 3), (6, 2), (5, 1), (6, 1), (7, 1)])
+def test_layer_step_rows_attends_long_caches_a_group_at_a_time(on_backend, rng, h, h_kv):
+    """Query heads per K/V head 1, 3, 5, 6 and 7 (the compiled kernel takes up to 4 of a group a pass
+    over the keys: 4 + 1, 4 + 2, 4 + 3), 64 wide, over caches of 17 to 40 keys (keys 16 at a time and
+    the rest, columns 64 at a time): the rows and the pools against the numpy backend's step."""
+    record, _, d = llama_layer(rng, "Q8_0", "float32", d=64 * h, h=h, h_kv=h_kv)
+    K, V = (rng.standard_normal((7, h_kv, 40, 64)).astype(np.float32) for _ in range(2))
+    K0, V0 = K.copy(), V.copy()
+    X = rng.standard_normal((5, d)).astype(np.float32)
+    X0 = X.copy()
+    positions, pages = np.array([39, 17, 33, 25, 16]), np.array([4, 0, 6, 2, 5])
+    silkattn.ops.layer_step_rows(silkattn.ops.layer_step_record(cache=(K[0], V[0]), **record), X, positions,
+                                 K, V, pages)
+    with silkattn.use_backend("numpy"):
+        silkattn.ops.layer_step_rows(silkattn.ops.layer_step_record(cache=(K0[0], V0[0]), **record), X0,
+                                     positions, K0, V0, pages)
+    for a, b in ((X, X0), (K, K0), (V, V0)):
+        assert_close(a, b.astype(np.float64), np.float32, TOL)
+
+
 @pytest.mark.parametrize("case", ["llama Q4_1 int8", "gemma K-quants int8 window", "gemma ring"])
 def test_layer_step_rows_runs_a_list_of_layers_in_turn(on_backend, rng, case):
     """A model's layers in one call (a list of records, each over its own pools): bit for bit the
