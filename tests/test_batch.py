@@ -443,9 +443,9 @@ def _mapping(address):  # -> {field: value} of the mapping holding address in /p
 
 
 def test_the_pool_takes_memory_as_it_is_written(files):
-    """The pool is a mapping of its own (page-aligned, writable) that is not backed by huge pages:
-    of a pool of 32768 positions (16 MB here) one written position takes one 4 KB page (Linux: smaps'
-    Rss of the mapping; THPeligible 0 where reported), not 2 MB."""
+    """The pool is a private mapping of its own (page-aligned, writable; not shared, i.e. not shmem)
+    that is not backed by huge pages: of a pool of 32768 positions (16 MB here) one written position
+    takes one 4 KB page (Linux: smaps' Rss of the mapping; THPeligible 0 where reported), not 2 MB."""
     model = llama.load(files["llama-Q4_1"])
     pool = batch.KVPool(model.config, tokens=32768, page_keys=256)
     assert pool.data.flags.writeable and pool.data.ctypes.data % 4096 == 0 and pool.nbytes > 4 << 20
@@ -456,6 +456,7 @@ def test_the_pool_takes_memory_as_it_is_written(files):
         pytest.skip("no /proc/self/smaps on this system")
     assert fields is not None, "the pool's mapping is not in /proc/self/smaps"
     assert fields.get("THPeligible", "0") == "0"
+    assert "sh" not in fields.get("VmFlags", "").split()
     assert int(fields["Rss"].split()[0]) <= 64  # kB
 
 

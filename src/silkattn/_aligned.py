@@ -27,7 +27,7 @@ def empty(shape, dtype):
 
 
 def pages(shape, dtype):
-    """np.empty(shape, dtype) on memory of its own (an anonymous mapping: page-aligned, so aligned to
+    """np.empty(shape, dtype) on memory of its own (a private anonymous mapping: page-aligned, so aligned to
     LINE too) that the kernel is asked not to back with huge pages, so that only the 4 KB pages
     written take memory. For a KV cache pool sized for the longest sequences: numpy asks for huge
     pages on every array of 4 MB or more, and a pool written a few positions per page of keys
@@ -39,7 +39,9 @@ def pages(shape, dtype):
     n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if n == 0 or not hasattr(mmap, "MADV_NOHUGEPAGE"):
         return empty(shape, dtype)
-    m = mmap.mmap(-1, n)
+    # private: Python's mmap is shared by default, and shared anonymous memory is shmem (tmpfs), whose
+    # page faults cost more: the pool takes its pages by faults during decoding steps
+    m = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     m.madvise(mmap.MADV_NOHUGEPAGE)
     return np.frombuffer(m, dtype).reshape(shape)  # the array keeps the mapping alive
 
