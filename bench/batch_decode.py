@@ -205,7 +205,8 @@ def _contender(args, who, py, prompts, into, note):  # -> whether its process ga
                          env=dict(os.environ, OMP_NUM_THREADS=str(args.threads)))
     line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
     if not line:
-        print(f"{who} failed:\n{out.stderr[-3000:]}")
+        from silkattn._bench import ended
+        print(f"{who} failed ({ended(out.returncode)}):\n{out.stderr[-3000:]}")
         return False
     into[who] = json.loads(line[-1][7:])
     if who != "physical":

@@ -177,7 +177,9 @@ def main():
                 out = subprocess.run(cmd, capture_output=True, text=True, env=env)
                 line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
                 if not line:
-                    print(f"{who} {threads} thread(s) failed:\n{out.stderr[-3000:]}")
+                    from silkattn._bench import ended
+                    print(f"{who} {threads} thread(s) failed ({ended(out.returncode)}):\n"
+                          f"{out.stderr[-3000:]}")
                     continue
                 rows[who] = r = json.loads(line[-1][7:])
                 print(f"{who:9s} {threads} thread(s): prefill {r['prefill_s']:.3f} s, "

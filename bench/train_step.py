@@ -218,7 +218,8 @@ def run(python, who, case, data, threads, repeats):
            "--repeats", str(repeats)]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode:
-        raise SystemExit(f"{who} failed:\n{done.stderr[-3000:]}")
+        from silkattn._bench import ended
+        raise SystemExit(f"{who} failed ({ended(done.returncode)}):\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

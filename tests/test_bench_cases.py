@@ -168,3 +168,17 @@ def test_contenders_follow_what_the_rival_python_imports(monkeypatch):
     present.clear()  # a python with none of them, and the quick cases: silkattn and the reference alone
     names, pythons, missing = _bench.contenders(_bench.all_cases(), ["cython"], "/bare/python")
     assert names == ["cython", "numpy"] and pythons == {} and "no PyTorch column" in missing[0]
+
+
+def test_a_failed_contender_says_how_its_process_ended():
+    """A rival that crashes (llama.cpp's AMX products on some Sapphire Rapids machines) prints
+    nothing: the signal is the message; a worker that raises gives its exit status."""
+    import signal
+    import subprocess
+
+    from silkattn import _bench
+
+    crash = subprocess.run([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"])
+    assert _bench.ended(crash.returncode) == "killed by SIGSEGV" and crash.returncode == -signal.SIGSEGV
+    assert _bench.ended(subprocess.run([sys.executable, "-c", "raise SystemExit(3)"]).returncode) == "exit 3"
+    assert _bench.ended(-200) == "killed by signal 200"

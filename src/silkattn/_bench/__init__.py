@@ -26,8 +26,20 @@ def _run_worker(python, spec):
     spec = dict(spec, silkattn_dir=SILKATTN_DIR if spec["contender"] in TORCH_RIVALS else None)
     proc = subprocess.run([python, WORKER, json.dumps(spec)], env=env, capture_output=True, text=True)
     if proc.returncode:
-        raise RuntimeError(f"{spec['contender']} worker failed:\n{proc.stderr[-2000:]}")
+        raise RuntimeError(f"{spec['contender']} worker failed ({ended(proc.returncode)}):\n"
+                           f"{proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def ended(returncode):  # -> how a contender's process ended, for a failure's message
+    """'exit N', or the signal that killed it ('killed by SIGSEGV': a rival's crash prints nothing)."""
+    if returncode is not None and returncode < 0:
+        import signal
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit {returncode}"
 
 
 def importable(python, module):
