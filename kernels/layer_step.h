@@ -363,48 +363,55 @@ static inline void sa_rows_block(int isa, const sa_layer *L, const sa_matrix *W,
         SA_PICK(sa_linear_q_rows_f32, isa)(W->kind, in, k, mr, w, ldw, n, xs, W->b, j0, j1, y, ldy);
 }
 
-/* The m rows of in (ld k) in the form `form` for the block products (R's xs, xd, xq: a row's at
- * r nbp, r nbp, r k), a row a task over the team */
-static inline void sa_rows_prepare(int isa, const sa_rows *R, int form, const float *in, int64_t k) {
+/* Row r of in (ld k) in the form `form` for the block products (R's xs, xd, xq: the row's at
+ * r nbp, r nbp, r k) */
+static inline void sa_rows_prepare_row(int isa, const sa_rows *R, int form, const float *in, int64_t k, int64_t r) {
     const int64_t nbp = (k / 32 + SA_QCH - 1) / SA_QCH * SA_QCH;
-    if (form == SA_X_NONE) return;
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
-    for (int64_t r = 0; r < R->m; r++) {
-        float *xs = R->xs + r * nbp, *xd = R->xd + r * nbp;
-        for (int64_t i = 0; i < nbp; i++) xd[i] = 0;
-        if (form == SA_X_Q8K) {  /* the rows' sums per 16, int16, k / 16 a row end to end */
-            int16_t *xb = (int16_t *)R->xs + r * (k / 16);
-            for (int64_t i = 0; i < k / 16; i++) xb[i] = 0;
-            SA_PICK(sa_quantize_q8k_f32, isa)(in + r * k, k, 1, R->xq + r * k, xd, xb);
-            continue;
-        }
-        for (int64_t i = 0; i < nbp; i++) xs[i] = 0;
-        if (form == SA_X_SUMS)
-            SA_PICK(sa_linear_q_xsum_f32, isa)(in + r * k, k, 1, xs);
-        else
-            SA_PICK(sa_quantize_q8_f32, isa)(in + r * k, k, 1, R->xq + r * k, xd, xs);
+    float *xs = R->xs + r * nbp, *xd = R->xd + r * nbp;
+    if (form <= SA_X_NONE) return;
+    for (int64_t i = 0; i < nbp; i++) xd[i] = 0;
+    if (form == SA_X_Q8K) {  /* the rows' sums per 16, int16, k / 16 a row end to end */
+        int16_t *xb = (int16_t *)R->xs + r * (k / 16);
+        for (int64_t i = 0; i < k / 16; i++) xb[i] = 0;
+        SA_PICK(sa_quantize_q8k_f32, isa)(in + r * k, k, 1, R->xq + r * k, xd, xb);
+        return;
     }
+    for (int64_t i = 0; i < nbp; i++) xs[i] = 0;
+    if (form == SA_X_SUMS)
+        SA_PICK(sa_linear_q_xsum_f32, isa)(in + r * k, k, 1, xs);
+    else
+        SA_PICK(sa_quantize_q8_f32, isa)(in + r * k, k, 1, R->xq + r * k, xd, xs);
+}
+
+/* The one form the parts' inputs take, or -1 (parts of different forms: each prepares its own) */
+static inline int sa_rows_form(const sa_layer *L, const sa_matrix *W, int parts) {
+    int form = sa_layer_xform(L, W[0].kind);
+    for (int p = 1; p < parts; p++)
+        if (sa_layer_xform(L, W[p].kind) != form) form = -1;
+    return form;
 }
 
 /* y (m rows, ld ldy) = in [W_0 | W_1 | ...] (+ b) for the m rows of in (ld k) over the team, the
  * parts' outputs side by side: parts whose input takes one form share its preparation and one loop
- * of tasks (as sa_layer_parts). The caller's barrier before; the loops' after. */
+ * of tasks (as sa_layer_parts). prepared: the caller prepared the rows in that form (its loop over
+ * the rows, one barrier for both). The caller's barrier before; the loops' after. */
 static inline void sa_rows_product(int isa, const sa_layer *L, const sa_rows *R, const sa_matrix *W, int parts,
-                                   const float *in, float *y, int64_t ldy) {
+                                   const float *in, float *y, int64_t ldy, int prepared) {
     const int64_t k = W[0].k, m = R->m, nbp = (k / 32 + SA_QCH - 1) / SA_QCH * SA_QCH;
-    int form = sa_layer_xform(L, W[0].kind);
-    for (int p = 1; p < parts; p++)
-        if (sa_layer_xform(L, W[p].kind) != form) form = -1;
+    const int form = sa_rows_form(L, W, parts);
     if (form < 0) {
         for (int p = 0; p < parts; p++) {
-            sa_rows_product(isa, L, R, W + p, 1, in, y, ldy);
+            sa_rows_product(isa, L, R, W + p, 1, in, y, ldy, 0);
             y += W[p].n;
         }
         return;
     }
-    sa_rows_prepare(isa, R, form, in, k);
+    if (!prepared && form != SA_X_NONE) {
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int64_t r = 0; r < m; r++) sa_rows_prepare_row(isa, R, form, in, k, r);
+    }
     int64_t first[4], at[4], j0, j1;
     sa_parts_layout(W, parts, first, at);
 #ifdef _OPENMP
@@ -422,91 +429,90 @@ static inline void sa_rows_product(int isa, const sa_layer *L, const sa_rows *R,
     }
 }
 
-/* x_r += y_r, or with a sandwich norm x_r += rms_norm(y_r), each row */
-static inline void sa_rows_residual(int isa, const sa_layer *L, const sa_rows *R, const float *post) {
-    const int64_t d = L->d;
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
-    for (int64_t r = 0; r < R->m; r++) {
-        float *y = R->y + r * d, *x = R->x + r * d;
-        if (post) SA_PICK(sa_rms_norm_row_f32, isa)(y, post, L->eps, y, d);
-        for (int64_t j = 0; j < d; j++) x[j] += y[j];
-    }
+/* x_r += y_r, or with a sandwich norm (post: its gain, of layer A) x_r += rms_norm(y_r) */
+static inline void sa_rows_add(int isa, const sa_layer *A, const float *post, const sa_rows *R, int64_t r) {
+    float *y = R->y + r * A->d, *x = R->x + r * A->d;
+    if (post) SA_PICK(sa_rms_norm_row_f32, isa)(y, post, A->eps, y, A->d);
+    for (int64_t j = 0; j < A->d; j++) x[j] += y[j];
 }
 
-/* hn_r = norm(x_r), each row (ld d) */
-static inline void sa_rows_norm(int isa, const sa_layer *L, const sa_rows *R, const sa_norm *N) {
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
-    for (int64_t r = 0; r < R->m; r++) sa_layer_norm(isa, N, R->x + r * L->d, L->eps, R->hn + r * L->d, L->d);
+/* Row r between two products, in one loop over the rows (one barrier, not one a stage): the
+ * residual add of layer A's output (A NULL: none; post: its sandwich norm), then hn_r = norm(x_r)
+ * if N, then the input of L's next product (W, parts: hn_r, or with N NULL in) in its form. */
+static inline void sa_rows_between(int isa, const sa_layer *L, const sa_rows *R, const sa_layer *A,
+                                   const float *post, const sa_norm *N, const sa_matrix *W, int parts,
+                                   const float *in, int64_t r) {
+    if (A) sa_rows_add(isa, A, post, R, r);
+    if (N) sa_layer_norm(isa, N, R->x + r * L->d, L->eps, R->hn + r * L->d, L->d);
+    sa_rows_prepare_row(isa, R, sa_rows_form(L, W, parts), N ? R->hn : in, W[0].k, r);
 }
 
-/* The rows through one layer, the team's share of each stage (inside a parallel region; the last
- * stage's loop ends in a barrier, so the next layer may follow at once) */
-static void sa_layer_rows_body(int isa, const sa_layer *L, const sa_rows *R) {
-    {
-        const int64_t m = R->m, d = L->d, h = L->h, hkv = L->h_kv, dh = L->dh, nh = h + 2 * hkv;
-        const int64_t dff = L->down.k, half = dh / 2, group = h / hkv;
-        int64_t nq = 0, nu = 0;
-        for (int p = 0; p < L->n_qkv; p++) nq += L->qkv[p].n;
-        for (int p = 0; p < L->n_up; p++) nu += L->up[p].n;
-        sa_rows_norm(isa, L, R, &L->norm1);
-        sa_rows_product(isa, L, R, L->qkv, L->n_qkv, R->hn, R->qkv, nq);
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
-        for (int64_t ru = 0; ru < m * nh; ru++) {  /* each row's Q, K, V heads: norms, rotary, to its cache */
-            const int64_t r = ru / nh, u = ru % nh;
-            float *head = R->qkv + r * nq + u * dh;
-            const float *gain = u < h ? L->q_norm : u < h + hkv ? L->k_norm : NULL;
-            if (gain) SA_PICK(sa_rms_norm_row_f32, isa)(head, gain, L->eps, head, dh);
-            if (u < h + hkv && R->cos) SA_PICK(sa_rope_row_f32, isa)(head, R->cos + r * half, R->sin + r * half, head, half);
-            if (u >= h) {
-                const int64_t g = u < h + hkv ? u - h : u - h - hkv;
-                float *row = (u < h + hkv ? R->K : R->V) + R->at[4 * r + 3] + g * L->head_stride
-                             + R->at[4 * r] * L->row_stride;
-                for (int64_t j = 0; j < dh; j++) row[j] = head[j];
-            }
+/* Row r's K/V head g: the group's query heads and the key head normed (QK-norm) and turned
+ * (rotary), the key and value heads to the row's cache, then the query heads over the row's keys
+ * (in one call, so that the head's keys and values come from memory once and into the core once:
+ * sa_decode_heads). A task reads and writes only its own heads and its row's cache rows. */
+static inline void sa_rows_attend(int isa, const sa_layer *L, const sa_rows *R, int64_t nq, int64_t r, int64_t g) {
+    const int64_t h = L->h, hkv = L->h_kv, dh = L->dh, half = dh / 2, group = h / hkv;
+    const int64_t *at = R->at + 4 * r;
+    float *qkv = R->qkv + r * nq;
+    for (int64_t i = 0; i < group + 2; i++) {  /* the query heads, then the key head, then the value head */
+        const int64_t u = i < group ? g * group + i : i == group ? h + g : h + hkv + g;
+        float *head = qkv + u * dh;
+        const float *gain = i < group ? L->q_norm : i == group ? L->k_norm : NULL;
+        if (gain) SA_PICK(sa_rms_norm_row_f32, isa)(head, gain, L->eps, head, dh);
+        if (i <= group && R->cos) SA_PICK(sa_rope_row_f32, isa)(head, R->cos + r * half, R->sin + r * half, head, half);
+        if (i >= group) {
+            float *row = (i == group ? R->K : R->V) + at[3] + g * L->head_stride + at[0] * L->row_stride;
+            for (int64_t j = 0; j < dh; j++) row[j] = head[j];
         }
-        /* each row's query heads over its own keys, a task a row's K/V head: the group's query heads
-         * in one call, so that the head's keys and values come from memory once (the pool is far
-         * larger than the caches; tasks of single query heads read them group times), and into
-         * the core once (sa_decode_heads). Rows of unequal key counts: a static split left one
-         * thread waiting. */
+    }
+    const int64_t first = at[3] + g * L->head_stride + at[1] * L->row_stride, u = g * group;
+    SA_PICK(sa_decode_heads_f32, isa)(qkv + u * dh, group, R->K + first, R->V + first, L->row_stride, at[2], dh,
+                                      L->scale, NULL, R->scores + (r * h + u) * L->ld_scores, L->ld_scores,
+                                      R->a + r * h * dh + u * dh);
+}
+
+/* The rows through one layer, the team's share of each stage (inside a parallel region). The
+ * previous layer's last residual add (prev: that layer, or NULL for the first) is this layer's
+ * first stage, with the norm and the first product's input; this layer's is left to the next
+ * layer, or to the caller after the last. Nine barriers a layer. */
+static void sa_layer_rows_body(int isa, const sa_layer *L, const sa_layer *prev, const sa_rows *R) {
+    const int64_t m = R->m, hkv = L->h_kv, dff = L->down.k;
+    int64_t nq = 0, nu = 0;
+    for (int p = 0; p < L->n_qkv; p++) nq += L->qkv[p].n;
+    for (int p = 0; p < L->n_up; p++) nu += L->up[p].n;
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+    for (int64_t r = 0; r < m; r++)
+        sa_rows_between(isa, L, R, prev, prev ? prev->post2 : NULL, &L->norm1, L->qkv, L->n_qkv, NULL, r);
+    sa_rows_product(isa, L, R, L->qkv, L->n_qkv, R->hn, R->qkv, nq, 1);
+    /* a task a row's K/V head. Rows of unequal key counts: a static split left one thread waiting. */
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
-        for (int64_t rg = 0; rg < m * hkv; rg++) {
-            const int64_t r = rg / hkv, g = rg % hkv;
-            const int64_t first = R->at[4 * r + 3] + g * L->head_stride + R->at[4 * r + 1] * L->row_stride;
-            const int64_t u = g * group;
-            SA_PICK(sa_decode_heads_f32, isa)(R->qkv + r * nq + u * dh, group, R->K + first, R->V + first,
-                                              L->row_stride, R->at[4 * r + 2], dh, L->scale, NULL,
-                                              R->scores + (r * h + u) * L->ld_scores, L->ld_scores,
-                                              R->a + r * h * dh + u * dh);
-        }
-        sa_rows_product(isa, L, R, &L->o, 1, R->a, R->y, d);
-        sa_rows_residual(isa, L, R, L->post1);
-        sa_rows_norm(isa, L, R, &L->norm2);
-        sa_rows_product(isa, L, R, L->up, L->n_up, R->hn, R->f, nu);
+    for (int64_t rg = 0; rg < m * hkv; rg++) sa_rows_attend(isa, L, R, nq, rg / hkv, rg % hkv);
+    sa_rows_product(isa, L, R, &L->o, 1, R->a, R->y, L->d, 0);
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-        for (int64_t r = 0; r < m; r++) {  /* act(gate) up into hn (ld d_ff) */
-            if (L->gate == 2)
-                SA_PICK(sa_gelu_tanh_mul_row_f32, isa)(R->f + r * nu, R->f + r * nu + dff, R->hn + r * dff, dff);
-            else
-                SA_PICK(sa_silu_mul_row_f32, isa)(R->f + r * nu, R->f + r * nu + dff, R->hn + r * dff, dff);
-        }
-        sa_rows_product(isa, L, R, &L->down, 1, R->hn, R->y, d);
-        sa_rows_residual(isa, L, R, L->post2);
+    for (int64_t r = 0; r < m; r++) sa_rows_between(isa, L, R, L, L->post1, &L->norm2, L->up, L->n_up, NULL, r);
+    sa_rows_product(isa, L, R, L->up, L->n_up, R->hn, R->f, nu, 1);
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+    for (int64_t r = 0; r < m; r++) {  /* act(gate) up into hn (ld d_ff), then the down product's input */
+        if (L->gate == 2)
+            SA_PICK(sa_gelu_tanh_mul_row_f32, isa)(R->f + r * nu, R->f + r * nu + dff, R->hn + r * dff, dff);
+        else
+            SA_PICK(sa_silu_mul_row_f32, isa)(R->f + r * nu, R->f + r * nu + dff, R->hn + r * dff, dff);
+        sa_rows_between(isa, L, R, NULL, NULL, NULL, &L->down, 1, R->hn, r);
     }
+    sa_rows_product(isa, L, R, &L->down, 1, R->hn, R->y, L->d, 1);
 }
 
 /* The rows through n layers in turn in one parallel region (one team for all of them, a barrier
- * between layers, not a new team each): layer l's record Ls[l] over its pools K[l], V[l], its
+ * between stages, not a new team each): layer l's record Ls[l] over its pools K[l], V[l], its
  * rows' cache positions at[l] (a window's layers see other keys) and rotary rows cos[l], sin[l]
  * (NULL: none); R's other fields (the rows, the scratch, sized for the widest layer) shared. */
 static void sa_layers_run_rows(int isa, const sa_layer *Ls, int n, const sa_rows *R, float *const *K,
@@ -516,9 +522,15 @@ static void sa_layers_run_rows(int isa, const sa_layer *Ls, int n, const sa_rows
 #ifdef _OPENMP
 #pragma omp parallel num_threads(num_threads)
 #endif
-    for (int l = 0; l < n; l++) {
-        sa_rows Rl = *R;
-        Rl.K = K[l], Rl.V = V[l], Rl.at = at[l], Rl.cos = cos[l], Rl.sin = sin[l];
-        sa_layer_rows_body(isa, Ls + l, &Rl);
+    {
+        for (int l = 0; l < n; l++) {
+            sa_rows Rl = *R;
+            Rl.K = K[l], Rl.V = V[l], Rl.at = at[l], Rl.cos = cos[l], Rl.sin = sin[l];
+            sa_layer_rows_body(isa, Ls + l, l ? Ls + l - 1 : NULL, &Rl);
+        }
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int64_t r = 0; r < R->m; r++) sa_rows_add(isa, Ls + n - 1, Ls[n - 1].post2, R, r);  /* the last layer's */
     }
 }
