@@ -774,17 +774,23 @@ static inline __attribute__((always_inline)) void SA_FN(sa_b16_group)(const int 
     const __m512i spread0 = _mm512_set_epi32(0x0c0c0c0c, 0x08080808, 0x04040404, 0, 0x0c0c0c0c, 0x08080808,
                                              0x04040404, 0, 0x0c0c0c0c, 0x08080808, 0x04040404, 0, 0x0c0c0c0c,
                                              0x08080808, 0x04040404, 0);
+    const int far = sa_cpu_far_ahead();
     __m512 fa[SA_QROWS];
 #pragma GCC unroll 8
     for (int r = 0; r < M; r++) fa[r] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *p = wg + bytes * i;
-        /* the group's blocks are one stream (and a thread's next group follows it): each line of the
-         * block 16 ahead asked for, 5-9 KB, as the K-quant kernels' two super-blocks. The first two
+        /* the group's blocks are one stream (and a thread's next group follows it). Far: each line
+         * of the block 16 ahead, 5-9 KB, as the K-quant kernels' two super-blocks; the first two
          * lines of the block 4 ahead left the passes waiting on W's loads on a Xeon with a far L3
          * (SmolLM2's 8-row step, int8, 9.3 ms; every line 4 ahead 7.5-7.9, 8 ahead 6.5, 16 ahead
-         * 6.2; one row 3.5, 3.2, 2.9) */
-        for (int c = 0; c < bytes; c += 64) __builtin_prefetch(p + 16 * bytes + c, 0, SA_QLOC);
+         * 6.2; one row 3.5, 3.2, 2.9). Near, where that was measured slower (sa_cpu_far_ahead). */
+        if (far) {
+            for (int c = 0; c < bytes; c += 64) __builtin_prefetch(p + 16 * bytes + c, 0, SA_QLOC);
+        } else {
+            __builtin_prefetch(p + 4 * bytes, 0, SA_QLOC);
+            __builtin_prefetch(p + 4 * bytes + 64, 0, SA_QLOC);
+        }
         __m512i a[SA_QROWS];
 #pragma GCC unroll 8
         for (int r = 0; r < M; r++) a[r] = _mm512_setzero_si512();
