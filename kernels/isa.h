@@ -69,9 +69,9 @@ static inline int sa_cpu_has_vnni(void) {
 
 /* Whether the int8 kernels of the blocks of 32 ask for W far ahead (every line of the block 16
  * ahead) or near (the first two lines of the block 4 ahead): measured per vendor. On a Xeon with
- * a far L3 (2026-12-06) far made SmolLM2's 8-row step 6.2 ms against 9.3 near; on Zen 4
- * (2026-12-05) 16 blocks ahead made batched decoding slower (792 and 784 tokens/s against 826 and
- * 877). Asked once. */
+ * a far L3 (2026-12-06) far made SmolLM2's 8-row step 6.2 ms against 9.3 near; on Zen 4 (an
+ * earlier session, docs/kernels.md) 16 blocks ahead made batched decoding slower (792 and 784
+ * tokens/s against 826 and 877). Asked once. */
 static inline int sa_cpu_far_ahead(void) {
 #if defined(__x86_64__) || defined(__i386__)
     static int far = -1;  /* threads racing here all store the same answer */
