@@ -71,21 +71,25 @@ static inline int sa_layer_xform(const sa_layer *L, int kind) {
     return kind == SA_Q4_0 || kind == SA_Q4_1 ? SA_X_SUMS : SA_X_NONE;
 }
 
-/* in's form for the block products (L's scratch: xs, and with int8 xq and xd), on one thread */
-static inline void sa_layer_prepare(int isa, const sa_layer *L, int form, const float *in, int64_t k) {
-    float *xs = L->xs;
+/* in (k) in the form `form` for the block products, on one thread: the block sums into xs (nbp
+ * floats, nbp: k / 32 padded to SA_QCH), or with int8 activations in 8 bits into xq (k) with
+ * their scales into xd (nbp) and sums into xs (nbp floats, or with Q8_K's blocks of 256 their sums
+ * per 16: k / 16 int16). The padding is zeroed: the kernels read whole SA_QCH runs. */
+static inline void sa_prepare_x(int isa, int form, const float *in, int64_t k, int8_t *xq, float *xd, float *xs) {
     const int64_t nbp = (k / 32 + SA_QCH - 1) / SA_QCH * SA_QCH;
-    if (form == SA_X_NONE) return;
-    for (int64_t i = 0; i < nbp; i++) xs[i] = 0;
-    if (form == SA_X_SUMS) {
-        SA_PICK(sa_linear_q_xsum_f32, isa)(in, k, 1, xs);
+    if (form <= SA_X_NONE) return;
+    for (int64_t i = 0; i < nbp; i++) xd[i] = 0;
+    if (form == SA_X_Q8K) {  /* exactly k / 16 int16: the rows step's next row's sums follow */
+        int16_t *xb = (int16_t *)xs;
+        for (int64_t i = 0; i < k / 16; i++) xb[i] = 0;
+        SA_PICK(sa_quantize_q8k_f32, isa)(in, k, 1, xq, xd, xb);
         return;
     }
-    for (int64_t i = 0; i < nbp; i++) L->xd[i] = 0;
-    if (form == SA_X_Q8K)  /* x's blocks of 256 (Q8_K), their sums per 16 in xs's bytes */
-        SA_PICK(sa_quantize_q8k_f32, isa)(in, k, 1, L->xq, L->xd, (int16_t *)xs);
+    for (int64_t i = 0; i < nbp; i++) xs[i] = 0;
+    if (form == SA_X_SUMS)
+        SA_PICK(sa_linear_q_xsum_f32, isa)(in, k, 1, xs);
     else
-        SA_PICK(sa_quantize_q8_f32, isa)(in, k, 1, L->xq, L->xd, xs);
+        SA_PICK(sa_quantize_q8_f32, isa)(in, k, 1, xq, xd, xs);
 }
 
 /* y[j0:j1] = (add +) in W[j0:j1]^T, ReLU'd if relu (NaN stays NaN), W blocks, in prepared */
@@ -139,7 +143,7 @@ static inline void sa_layer_product(int isa, const sa_layer *L, const sa_matrix 
 #ifdef _OPENMP
 #pragma omp single
 #endif
-    sa_layer_prepare(isa, L, sa_layer_xform(L, W->kind), in, k);
+    sa_prepare_x(isa, sa_layer_xform(L, W->kind), in, k, L->xq, L->xd, L->xs);
     /* the row kernels add one vector to their outputs: the residual r, or else W's bias (a block
      * product with both is refused when the record is built) */
     const float *add = r ? r : W->b;
@@ -198,7 +202,7 @@ static inline void sa_layer_parts(int isa, const sa_layer *L, const sa_matrix *W
 #ifdef _OPENMP
 #pragma omp single
 #endif
-    sa_layer_prepare(isa, L, form, in, W[0].k);
+    sa_prepare_x(isa, form, in, W[0].k, L->xq, L->xd, L->xs);
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
@@ -363,24 +367,12 @@ static inline void sa_rows_block(int isa, const sa_layer *L, const sa_matrix *W,
         SA_PICK(sa_linear_q_rows_f32, isa)(W->kind, in, k, mr, w, ldw, n, xs, W->b, j0, j1, y, ldy);
 }
 
-/* Row r of in (ld k) in the form `form` for the block products (R's xs, xd, xq: the row's at
- * r nbp, r nbp, r k) */
+/* Row r of in (ld k) in the form `form` for the rows step's block products (R's xq, xd, xs: the
+ * row's at r k, r nbp, and r nbp floats or, Q8_K's sums, r k / 16 int16) */
 static inline void sa_rows_prepare_row(int isa, const sa_rows *R, int form, const float *in, int64_t k, int64_t r) {
     const int64_t nbp = (k / 32 + SA_QCH - 1) / SA_QCH * SA_QCH;
-    float *xs = R->xs + r * nbp, *xd = R->xd + r * nbp;
-    if (form <= SA_X_NONE) return;
-    for (int64_t i = 0; i < nbp; i++) xd[i] = 0;
-    if (form == SA_X_Q8K) {  /* the rows' sums per 16, int16, k / 16 a row end to end */
-        int16_t *xb = (int16_t *)R->xs + r * (k / 16);
-        for (int64_t i = 0; i < k / 16; i++) xb[i] = 0;
-        SA_PICK(sa_quantize_q8k_f32, isa)(in + r * k, k, 1, R->xq + r * k, xd, xb);
-        return;
-    }
-    for (int64_t i = 0; i < nbp; i++) xs[i] = 0;
-    if (form == SA_X_SUMS)
-        SA_PICK(sa_linear_q_xsum_f32, isa)(in + r * k, k, 1, xs);
-    else
-        SA_PICK(sa_quantize_q8_f32, isa)(in + r * k, k, 1, R->xq + r * k, xd, xs);
+    float *xs = form == SA_X_Q8K ? (float *)((int16_t *)R->xs + r * (k / 16)) : R->xs + r * nbp;
+    sa_prepare_x(isa, form, in + r * k, k, R->xq + r * k, R->xd + r * nbp, xs);
 }
 
 /* The one form the parts' inputs take, or -1 (parts of different forms: each prepares its own) */

@@ -39,11 +39,9 @@ def pages(shape, dtype):
     n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if n == 0 or not hasattr(mmap, "MADV_NOHUGEPAGE"):
         return empty(shape, dtype)
-    # private: Python's mmap is shared by default, and shared anonymous memory is shmem (tmpfs), whose
-    # page faults cost more: the pool takes its pages by faults during decoding steps
-    m = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    m, whole = _private(n)
     m.madvise(mmap.MADV_NOHUGEPAGE)
-    return np.frombuffer(m, dtype).reshape(shape)  # the array keeps the mapping alive
+    return whole.view(dtype).reshape(shape)
 
 
 def huge(shape, dtype):
@@ -78,9 +76,17 @@ def _mapped(n, advise):  # -> uint8 (n) from a HUGE boundary of a mapping of its
     """advise: its first `advise` bytes (a multiple of HUGE) asked for in huge pages; the rest stays in
     4 KB pages, so that the end of a big array does not make a whole huge page resident."""
     import mmap
-    m = mmap.mmap(-1, n + HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    whole = np.frombuffer(m, np.uint8)  # the arrays cut from it keep the mapping alive
+    m, whole = _private(n + HUGE)
     start = -whole.ctypes.data % HUGE
     if advise:
         m.madvise(mmap.MADV_HUGEPAGE, start, advise)
     return whole[start:start + n]
+
+
+def _private(n):  # -> (the mapping, uint8 (n) over it: the arrays cut from it keep it alive)
+    """n bytes of private anonymous memory. Python's mmap is shared by default, and shared anonymous
+    memory is shmem (tmpfs), whose page faults cost more: a KV pool takes its pages by faults during
+    decoding steps."""
+    import mmap
+    m = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    return m, np.frombuffer(m, np.uint8)
