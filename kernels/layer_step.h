@@ -267,17 +267,25 @@ static inline void sa_layer_attention(int isa, const sa_layer *L, const sa_norm 
     }
     sa_layer_parts(isa, L, Wq, n_q, in, 0, L->qkv_out);
     if (!cross) sa_layer_heads(isa, L);
+    /* a thread's contiguous run of query heads, cut where the K/V head changes: the run's heads of
+     * one group in one call (sa_decode_heads), so that the group's keys and values come in once */
 #ifdef _OPENMP
-#pragma omp for schedule(static)
+    const int64_t T = omp_get_num_threads(), t = omp_get_thread_num();
+#else
+    const int64_t T = 1, t = 0;
 #endif
-    for (int64_t u = 0; u < h; u++) {
+    for (int64_t u = t * h / T, u1 = (t + 1) * h / T, end; u < u1; u = end) {
         const int64_t g = u / group, first = cross ? 0 : L->key0 * L->row_stride;
         const float *K = cross ? L->Km + g * dh : L->K + g * L->head_stride + first;
         const float *V = cross ? L->Vm + g * dh : L->V + g * L->head_stride + first;
-        SA_PICK(sa_decode_heads_f32, isa)(L->qkv_out + u * dh, 1, K, V, cross ? d : L->row_stride,
+        end = (g + 1) * group < u1 ? (g + 1) * group : u1;
+        SA_PICK(sa_decode_heads_f32, isa)(L->qkv_out + u * dh, end - u, K, V, cross ? d : L->row_stride,
                                           cross ? L->n_src : L->nkeys, dh, L->scale, cross ? L->keep : NULL,
                                           L->scores + u * L->ld_scores, L->ld_scores, L->a + u * dh);
     }
+#ifdef _OPENMP
+#pragma omp barrier
+#endif
     sa_layer_out(isa, L, Wo, L->a, post, L->hn);  /* hn is free: the projection has read it */
     if (L->post_norm) {
 #ifdef _OPENMP

@@ -185,6 +185,24 @@ def test_layer_step_rows_attends_long_caches_a_group_at_a_time(on_backend, rng, 
         assert_close(a, b.astype(np.float64), np.float32, TOL)
 
 
+@pytest.mark.parametrize("h, h_kv", [(3, 3), (6, 2), (9, 3), (5, 1), (7, 1)])
+def test_layer_step_attends_long_caches_a_group_at_a_time(on_backend, threads, rng, h, h_kv):
+    """The one-row step: each thread's run of query heads cut where the K/V head changes (on two
+    threads 9 / 3 heads split inside the second group, 7 / 1 as 3 + 4), a run's heads of one group
+    in one pass, over caches of 17 to 40 keys: the row and the cache against the numpy backend's."""
+    record, _, d = llama_layer(rng, "Q8_0", "float32", d=64 * h, h=h, h_kv=h_kv)
+    for pos in (39, 17, 33):
+        K, V = (rng.standard_normal((h_kv, 40, 64)).astype(np.float32) for _ in range(2))
+        K0, V0 = K.copy(), V.copy()
+        x = rng.standard_normal(d).astype(np.float32)
+        x0 = x.copy()
+        silkattn.ops.layer_step(silkattn.ops.layer_step_record(cache=(K, V), **record), x, pos)
+        with silkattn.use_backend("numpy"):
+            silkattn.ops.layer_step(silkattn.ops.layer_step_record(cache=(K0, V0), **record), x0, pos)
+        for a, b in ((x, x0), (K, K0), (V, V0)):
+            assert_close(a, b.astype(np.float64), np.float32, TOL)
+
+
 @pytest.mark.parametrize("case", ["llama Q4_1 int8", "gemma K-quants int8 window", "gemma ring"])
 def test_layer_step_rows_runs_a_list_of_layers_in_turn(on_backend, rng, case):
     """A model's layers in one call (a list of records, each over its own pools): bit for bit the
