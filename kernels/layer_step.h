@@ -44,8 +44,9 @@ typedef struct {
     const float *q_norm, *k_norm;  /* (dh,) RMSNorm gains of each Q and K head before rotary, or NULL */
     const float *post1, *post2;    /* (d,) RMSNorm gains of the sublayers' outputs (sandwich), or NULL */
     float scale;                   /* the attention scores' factor */
-    float *K, *V;                  /* the layer's cache: K/V head g's row t at K + g head_stride + t row_stride */
+    void *K, *V;                   /* the layer's cache: K/V head g's row t at element g head_stride + t row_stride */
     int64_t head_stride, row_stride;
+    int kv_half;                   /* the cache's elements: float16 bits (uint16), else float32 */
     int64_t row, key0, nkeys;      /* this token's cache row; the rows its query sees, key0 .. key0 + nkeys */
     const float *cos, *sin;        /* (dh / 2,) the rotary row of position pos, or NULL: no rotary */
     const float *Km, *Vm;          /* cross-attention's keys and values: (n_src, d), heads side by side */
@@ -233,6 +234,27 @@ static inline void sa_layer_out(int isa, const sa_layer *L, const sa_matrix *Wo,
     sa_layer_add_normed(isa, L, post, y);
 }
 
+/* a head's row (dh) to element `at` of the cache C: as it is, or rounded to float16 (kv_half) */
+static inline void sa_kv_put(int isa, const sa_layer *L, void *C, int64_t at, const float *head) {
+    if (L->kv_half) {
+        SA_PICK(sa_to_half_f32, isa)(head, (uint16_t *)C + at, L->dh);
+    } else {
+        float *row = (float *)C + at;
+        for (int64_t j = 0; j < L->dh; j++) row[j] = head[j];
+    }
+}
+
+/* sa_decode_heads for G query heads over n rows of a K/V head of the cache from element `first` */
+static inline void sa_kv_heads(int isa, const sa_layer *L, const float *q, int64_t G, const void *K, const void *V,
+                               int64_t first, int64_t n, float *s, float *out) {
+    if (L->kv_half)
+        SA_PICK(sa_decode_heads_h_f32, isa)(q, G, (const uint16_t *)K + first, (const uint16_t *)V + first,
+                                            L->row_stride, n, L->dh, L->scale, NULL, s, L->ld_scores, out);
+    else
+        SA_PICK(sa_decode_heads_f32, isa)(q, G, (const float *)K + first, (const float *)V + first, L->row_stride,
+                                          n, L->dh, L->scale, NULL, s, L->ld_scores, out);
+}
+
 /* This token's Q and K heads normed (QK-norm) and turned (rotary), its K and V heads to the cache */
 static inline void sa_layer_heads(int isa, const sa_layer *L) {
     const int64_t h = L->h, hkv = L->h_kv, dh = L->dh;
@@ -246,8 +268,7 @@ static inline void sa_layer_heads(int isa, const sa_layer *L) {
         if (u < h + hkv && L->cos) SA_PICK(sa_rope_row_f32, isa)(head, L->cos, L->sin, head, dh / 2);
         if (u >= h) {
             const int64_t g = u < h + hkv ? u - h : u - h - hkv;
-            float *row = (u < h + hkv ? L->K : L->V) + g * L->head_stride + L->row * L->row_stride;
-            for (int64_t j = 0; j < dh; j++) row[j] = head[j];
+            sa_kv_put(isa, L, u < h + hkv ? L->K : L->V, g * L->head_stride + L->row * L->row_stride, head);
         }
     }
 }
@@ -275,13 +296,16 @@ static inline void sa_layer_attention(int isa, const sa_layer *L, const sa_norm 
     const int64_t T = 1, t = 0;
 #endif
     for (int64_t u = t * h / T, u1 = (t + 1) * h / T, end; u < u1; u = end) {
-        const int64_t g = u / group, first = cross ? 0 : L->key0 * L->row_stride;
-        const float *K = cross ? L->Km + g * dh : L->K + g * L->head_stride + first;
-        const float *V = cross ? L->Vm + g * dh : L->V + g * L->head_stride + first;
+        const int64_t g = u / group;
         end = (g + 1) * group < u1 ? (g + 1) * group : u1;
-        SA_PICK(sa_decode_heads_f32, isa)(L->qkv_out + u * dh, end - u, K, V, cross ? d : L->row_stride,
-                                          cross ? L->n_src : L->nkeys, dh, L->scale, cross ? L->keep : NULL,
-                                          L->scores + u * L->ld_scores, L->ld_scores, L->a + u * dh);
+        if (cross)  /* the memory's keys and values: float32, heads side by side */
+            SA_PICK(sa_decode_heads_f32, isa)(L->qkv_out + u * dh, end - u, L->Km + g * dh, L->Vm + g * dh, d,
+                                              L->n_src, dh, L->scale, L->keep, L->scores + u * L->ld_scores,
+                                              L->ld_scores, L->a + u * dh);
+        else
+            sa_kv_heads(isa, L, L->qkv_out + u * dh, end - u, L->K, L->V,
+                        g * L->head_stride + L->key0 * L->row_stride, L->nkeys, L->scores + u * L->ld_scores,
+                        L->a + u * dh);
     }
 #ifdef _OPENMP
 #pragma omp barrier
@@ -344,7 +368,7 @@ static void sa_layer_run(int isa, const sa_layer *L, int num_threads) {
 typedef struct {
     int64_t m;              /* rows */
     float *x;               /* (m, d): the residual rows, updated in place */
-    float *K, *V;           /* the pool of caches, each laid out as L->K's (h_kv head_stride elements) */
+    void *K, *V;            /* the pool of caches, each laid out as L->K's (h_kv head_stride elements, L->kv_half's) */
     const int64_t *at;      /* (m, 4): each row's cache row, first key row seen, keys seen, and the
                                offset (elements) of its cache in K and V (its page's) */
     const float *cos, *sin; /* (m, dh / 2): each row's rotary row, or NULL: no rotary */
@@ -461,15 +485,12 @@ static inline void sa_rows_attend(int isa, const sa_layer *L, const sa_rows *R, 
         const float *gain = i < group ? L->q_norm : i == group ? L->k_norm : NULL;
         if (gain) SA_PICK(sa_rms_norm_row_f32, isa)(head, gain, L->eps, head, dh);
         if (i <= group && R->cos) SA_PICK(sa_rope_row_f32, isa)(head, R->cos + r * half, R->sin + r * half, head, half);
-        if (i >= group) {
-            float *row = (i == group ? R->K : R->V) + at[3] + g * L->head_stride + at[0] * L->row_stride;
-            for (int64_t j = 0; j < dh; j++) row[j] = head[j];
-        }
+        if (i >= group)
+            sa_kv_put(isa, L, i == group ? R->K : R->V, at[3] + g * L->head_stride + at[0] * L->row_stride, head);
     }
-    const int64_t first = at[3] + g * L->head_stride + at[1] * L->row_stride, u = g * group;
-    SA_PICK(sa_decode_heads_f32, isa)(qkv + u * dh, group, R->K + first, R->V + first, L->row_stride, at[2], dh,
-                                      L->scale, NULL, R->scores + (r * h + u) * L->ld_scores, L->ld_scores,
-                                      R->a + r * h * dh + u * dh);
+    const int64_t u = g * group;
+    sa_kv_heads(isa, L, qkv + u * dh, group, R->K, R->V, at[3] + g * L->head_stride + at[1] * L->row_stride, at[2],
+                R->scores + (r * h + u) * L->ld_scores, R->a + r * h * dh + u * dh);
 }
 
 /* The rows through one layer, the team's share of each stage (inside a parallel region). The
@@ -515,8 +536,8 @@ static void sa_layer_rows_body(int isa, const sa_layer *L, const sa_layer *prev,
  * between stages, not a new team each): layer l's record Ls[l] over its pools K[l], V[l], its
  * rows' cache positions at[l] (a window's layers see other keys) and rotary rows cos[l], sin[l]
  * (NULL: none); R's other fields (the rows, the scratch, sized for the widest layer) shared. */
-static void sa_layers_run_rows(int isa, const sa_layer *Ls, int n, const sa_rows *R, float *const *K,
-                               float *const *V, const int64_t *const *at, const float *const *cos,
+static void sa_layers_run_rows(int isa, const sa_layer *Ls, int n, const sa_rows *R, void *const *K,
+                               void *const *V, const int64_t *const *at, const float *const *cos,
                                const float *const *sin, int num_threads) {
     (void)num_threads;
 #ifdef _OPENMP

@@ -44,9 +44,11 @@ cdef extern from "layer_step.h" nogil:
         const float *post1
         const float *post2
         float scale
-        float *K
-        float *V
-        int64_t head_stride, row_stride, row, key0, nkeys
+        void *K
+        void *V
+        int64_t head_stride, row_stride
+        int kv_half
+        int64_t row, key0, nkeys
         const float *cos
         const float *sin
         const float *Km
@@ -68,8 +70,8 @@ cdef extern from "layer_step.h" nogil:
     ctypedef struct sa_rows:
         int64_t m
         float *x
-        float *K
-        float *V
+        void *K
+        void *V
         const int64_t *at
         const float *cos
         const float *sin
@@ -82,7 +84,7 @@ cdef extern from "layer_step.h" nogil:
         float *xs
         float *xd
         int8_t *xq
-    void sa_layers_run_rows(int isa, const sa_layer *Ls, int n, const sa_rows *R, float **K, float **V,
+    void sa_layers_run_rows(int isa, const sa_layer *Ls, int n, const sa_rows *R, void **K, void **V,
                             const int64_t **at, const float **cos, const float **sin, int num_threads)
 
 
@@ -153,7 +155,8 @@ cdef class _Layer:
         L.cross_q, L.cross_o = _matrix(step.cross_q, step.q8), _matrix(step.cross_o, step.q8)
         if not step.has_cross:
             L.cross_q.w = NULL
-        L.K, L.V = <float *>_data(step.K), <float *>_data(step.V)
+        L.K, L.V = <void *>_data(step.K), <void *>_data(step.V)
+        L.kv_half = step.K.dtype == np.float16  # else float32 (the record's check)
         L.head_stride, L.row_stride = step.head_stride, step.row_stride
         L.Km, L.Vm = <const float *>_data(step.Km), <const float *>_data(step.Vm)
         L.keep, L.n_src = <const uint8_t *>_data(step.keep), len(step.Km)
@@ -220,11 +223,12 @@ def layer_step_rows(steps, cnp.ndarray x, ats, Ks, Vs, coss, sins, int num_threa
     """The kernel contract's layer_step_rows (silkattn._api): the m rows of x (m, d) float32 in place
     through the records `steps` in turn (Llama-family layers of block products, checked by the
     caller), one parallel region for them all: for layer l, row r is a token whose cache is the
-    h_kv * head_stride elements of Ks[l] and Vs[l] (flat float32 pools of caches laid out as the
-    record's) from ats[l][r, 3], its K and V written at cache row ats[l][r, 0], its query over the
+    h_kv * head_stride elements of Ks[l] and Vs[l] (flat pools of caches laid out as the record's,
+    of its cache's dtype: float32 or float16) from ats[l][r, 3], its K and V written at cache row ats[l][r, 0], its query over the
     ats[l][r, 2] rows from ats[l][r, 1]; coss[l], sins[l] (m, dh / 2) each row's rotary row (empty:
     none). What keeps the C code within its arrays is checked here."""
     cdef Py_ssize_t n = len(steps), m, r, l, kmax = 1, floats = 0, nbp, d
+    cdef int kv
     cdef _Layer p
     cdef cnp.ndarray a, K, V, c, sn
     cdef const int64_t *ar
@@ -240,8 +244,9 @@ def layer_step_rows(steps, cnp.ndarray x, ats, Ks, Vs, coss, sins, int num_threa
             p = steps[l].prepared["cython"] = _Layer(steps[l])
         prepared.append(p)
         a, K, V, c, sn = ats[l], Ks[l], Vs[l], coss[l], sins[l]
+        kv = cnp.NPY_FLOAT16 if p.L.kv_half else cnp.NPY_FLOAT32  # the pools' elements: the record's cache's
         if d != p.L.d or not _array(a, cnp.NPY_INT64, 2) or a.shape[0] != m or a.shape[1] != 4 \
-                or not (_array(K, cnp.NPY_FLOAT32, 1) and _array(V, cnp.NPY_FLOAT32, 1)) \
+                or not (_array(K, kv, 1) and _array(V, kv, 1)) \
                 or K.shape[0] != V.shape[0] or not (K.flags.writeable and V.flags.writeable) \
                 or not (_array(c, cnp.NPY_FLOAT32, 2) and _array(sn, cnp.NPY_FLOAT32, 2)):
             raise ValueError(f"layer_step_rows: x, at, the pools or the rotary rows of layer {l} do not fit its record")
@@ -279,8 +284,8 @@ def layer_step_rows(steps, cnp.ndarray x, ats, Ks, Vs, coss, sins, int num_threa
     R.y = R.f + m * nu
     R.scores = R.y + m * d
     cdef sa_layer *Ls = <sa_layer *>sa_alloc(n * sizeof(sa_layer))
-    cdef float **Kp = <float **>sa_alloc(n * sizeof(float *))
-    cdef float **Vp = <float **>sa_alloc(n * sizeof(float *))
+    cdef void **Kp = <void **>sa_alloc(n * sizeof(void *))
+    cdef void **Vp = <void **>sa_alloc(n * sizeof(void *))
     cdef const int64_t **Ap = <const int64_t **>sa_alloc(n * sizeof(int64_t *))
     cdef const float **Cp = <const float **>sa_alloc(n * sizeof(float *))
     cdef const float **Sp = <const float **>sa_alloc(n * sizeof(float *))
@@ -292,7 +297,7 @@ def layer_step_rows(steps, cnp.ndarray x, ats, Ks, Vs, coss, sins, int num_threa
             raise MemoryError("a layer step of rows could not allocate its scratch")
         for l in range(n):
             Ls[l] = (<_Layer>prepared[l]).L
-            Kp[l], Vp[l] = <float *>cnp.PyArray_DATA(Ks[l]), <float *>cnp.PyArray_DATA(Vs[l])
+            Kp[l], Vp[l] = cnp.PyArray_DATA(Ks[l]), cnp.PyArray_DATA(Vs[l])
             Ap[l] = <const int64_t *>cnp.PyArray_DATA(ats[l])
             c = coss[l]
             Cp[l] = <const float *>cnp.PyArray_DATA(c) if c.shape[0] else NULL

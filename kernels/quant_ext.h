@@ -12,9 +12,8 @@
 #pragma GCC push_options
 #pragma GCC optimize("fp-contract=off")
 
-static __attribute__((unused)) float sa_f16_at(const uint8_t *p) {  /* the little-endian float16 at p, exactly */
-    const uint32_t h = (uint32_t)p[0] | (uint32_t)p[1] << 8;
-    const uint32_t sign = (h & 0x8000) << 16, e = (h >> 10) & 31, f = h & 1023;
+static __attribute__((unused)) float sa_f16_bits(uint16_t h) {  /* the float16 of bits h, exactly */
+    const uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 31, f = h & 1023;
     uint32_t bits;
     if (e == 31) {
         bits = sign | 0x7f800000u | f << 13;
@@ -28,6 +27,28 @@ static __attribute__((unused)) float sa_f16_at(const uint8_t *p) {  /* the littl
     float r;
     memcpy(&r, &bits, 4);
     return r;
+}
+
+static __attribute__((unused)) float sa_f16_at(const uint8_t *p) {  /* the little-endian float16 at p, exactly */
+    return sa_f16_bits((uint16_t)(p[0] | p[1] << 8));
+}
+
+/* x as float16 bits, rounded to nearest even (F16C's vcvtps2ph with _MM_FROUND_TO_NEAREST_INT,
+ * numpy's astype(np.float16)): 65520 and up to inf, below the subnormals' half-step to zero, NaN
+ * quiet (its payload's top bits). Integer operations only: no dependence on the FP environment. */
+static __attribute__((unused)) uint16_t sa_f16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    const uint32_t sign = (u >> 16) & 0x8000, a = u & 0x7fffffff;
+    if (a >= 0x7f800000u)
+        return (uint16_t)(sign | 0x7c00 | (a > 0x7f800000u ? 0x200 | (a >> 13 & 0x3ff) : 0));
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);
+    if (a >= 0x38800000u)  /* a normal float16: round at bit 13, ties to the even one, the exponent rebiased */
+        return (uint16_t)(sign | (((a + 0xfff + (a >> 13 & 1)) >> 13) - (112u << 10)));
+    if (a <= 0x33000000u) return (uint16_t)sign;  /* 2^-25 and below: zero (2^-25 a tie to even 0) */
+    const uint32_t s = 126 - (a >> 23), m = (a & 0x7fffff) | 0x800000;  /* a subnormal: m 2^-s units of 2^-24 */
+    const uint32_t q = m >> s, rest = m & ((1u << s) - 1), halfway = 1u << (s - 1);
+    return (uint16_t)(sign | (q + (rest > halfway || (rest == halfway && (q & 1)))));
 }
 
 /* Q5_0 / Q5_1: fp16 d, [fp16 m,] 4 bytes of fifth bits (bit j: weight j's bit 4), 16 of nibbles */

@@ -15,144 +15,51 @@
 #pragma GCC pop_options
 #if SA_TBYTES == 4
 
-/* out_i (dh,) = softmax(scale q_i K^T) V for the G query rows q_i (q + i dh) of one K/V head over its
- * n keys: row t of K and V at K + t ldk, V + t ldk; keys with keep[t] == 0 (keep NULL: none) score
- * -1e9, as the reference hides them (a row with every key hidden averages them all). s (G, lds):
- * scratch for the weights; e^(s - max) is the vector exp of the attention kernels. The scores SA_VL
- * keys at a time (dots: one transpose for their sums), the weighted sum of V's rows in registers,
- * SA_QV4 vectors of out's columns a pass over the keys. A group's query heads (GQA) share each pass:
- * a block of keys or a row of values comes in once for all of them, where a call a head read the
- * head's K and V G times (the later reads from L2: K and V outgrow L1 past ~90 keys). Each head's
- * operations are a lone head's, in the same order: the same bits for any G. */
-#define SA_QV4 4
-#if SA_VBYTES == 64  /* heads a pass: SA_QG x SA_QV4 accumulators and SA_QV4 vectors of V's row */
-#define SA_QG 4
+/* ---- Float16 rows (a float16 KV cache): widened exactly; rounded to nearest even as F16C's
+ * vcvtps2ph with _MM_FROUND_TO_NEAREST_INT and numpy's astype(np.float16) round (the copies
+ * without F16C: quant_ext.h's integer conversions, the same bits) */
+static inline __attribute__((always_inline)) VEC SA_FN(load_half)(const uint16_t *p) {  /* SA_VL of them */
+#if SA_X86 && SA_VBYTES == 64 && defined(__AVX512F__)
+    return (VEC)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+#elif SA_X86 && SA_VBYTES >= 32 && defined(__F16C__)
+    VEC v;  /* avx2x64: two conversions of 8 */
+    for (int i = 0; i < SA_VL; i += 8) {
+        const __m256 w = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + i)));
+        memcpy((SA_T *)&v + i, &w, sizeof w);
+    }
+    return v;
 #else
-#define SA_QG 2
+    VEC v;  /* GCC's _Float16 vectors convert a lane at a time anyway (GCC 12) */
+    for (int i = 0; i < SA_VL; i++) v[i] = sa_f16_bits(p[i]);
+    return v;
 #endif
-
-/* the scores pass for hc <= SA_QG heads (hc a constant where inlined): s_i = scale q_i K^T (hidden
- * keys -1e9), then s_i = e^(s_i - max s_i) and inv[i] = 1 / sum s_i */
-static inline __attribute__((always_inline)) void SA_FN(decode_weights)(const SA_T *q, int hc, const SA_T *K,
-        const SA_T *V, int64_t ldk, int64_t n, int64_t dh, SA_T scale, const uint8_t *keep, SA_T *s,
-        int64_t lds, SA_T *inv) {
-    const int64_t nv = n - n % SA_VL;
-    VEC tops[SA_QG];
-    for (int i = 0; i < hc; i++) tops[i] = SA_FN(splat)(-INFINITY);
-    /* Rows asked for ahead: a lone stream of rows keeps few lines in flight, and the cache of a
-     * batch's rows comes from memory. The first keys' rows before the loop, then the next keys' rows
-     * and these keys' values, into L2 (locality 2): into L1 (3), the requests waited for L1's few
-     * miss buffers: a C copy of this head over SmolLM2's caches (8 rows, from memory) read 8 GB/s on
-     * one thread and 12-14 on two; into L2, 10-11 and 19-23 (Zen 4). */
-    for (int64_t u = 0; u < SA_VL && u < n; u++)
-        for (int64_t c = 0; c < dh; c += 64 / SA_TBYTES) __builtin_prefetch(K + u * ldk + c, 0, 2);
-    for (int64_t t = 0; t < nv; t += SA_VL) {
-        for (int u = 0; u < SA_VL; u++)
-            for (int64_t c = 0; c < dh; c += 64 / SA_TBYTES) {
-                if (t + SA_VL + u < n) __builtin_prefetch(K + (t + SA_VL + u) * ldk + c, 0, 2);
-                __builtin_prefetch(V + (t + u) * ldk + c, 0, 2);
-            }
-        for (int i = 0; i < hc; i++) {
-            VEC v = SA_FN(dots)(q + i * dh, K + t * ldk, ldk, dh) * scale;
-            if (keep)
-                for (int u = 0; u < SA_VL; u++) v[u] = keep[t + u] ? v[u] : (SA_T)-1e9;
-            STORE(s + i * lds + t, v);
-            tops[i] = SA_FN(vmax)(tops[i], v);
-        }
-    }
-    for (int i = 0; i < hc; i++) {
-        SA_T top = nv ? SA_FN(hmax)(tops[i]) : -INFINITY, *si = s + i * lds, sum = 0;
-        int64_t t = nv;
-        for (; t < n; t++) {
-            si[t] = keep && !keep[t] ? (SA_T)-1e9 : SA_FN(dot)(q + i * dh, K + t * ldk, dh) * scale;
-            top = si[t] > top ? si[t] : top;
-        }
-        VEC sums = SA_FN(splat)(0);
-        for (t = 0; t < nv; t += SA_VL) {
-            const VEC e = SA_FN(expv)(LOAD(si + t) - top);
-            STORE(si + t, e);
-            sums += e;
-        }
-        for (; t < n; t++) {
-            si[t] = SA_FN(expv)(SA_FN(splat)(si[t] - top))[0];
-            sum += si[t];
-        }
-        sum += SA_FN(hsum)(sums);
-        inv[i] = 1 / sum;
-    }
 }
 
-/* out_i = inv[i] s_i V for hc <= SA_QG heads (hc a constant where inlined): each row of V read once for
- * them all, SA_QV4 vectors of the columns a pass over the keys */
-static inline __attribute__((always_inline)) void SA_FN(decode_values)(int hc, const SA_T *V, int64_t ldk,
-        int64_t n, int64_t dh, const SA_T *s, int64_t lds, const SA_T *inv, SA_T *out) {
-    const int64_t dv = dh - dh % SA_VL;
-    int64_t j0 = 0;
-    for (; j0 + SA_QV4 * SA_VL <= dv; j0 += SA_QV4 * SA_VL) {
-        VEC o[SA_QG][SA_QV4];
-#pragma GCC unroll 4
-        for (int i = 0; i < hc; i++)
-#pragma GCC unroll 4
-            for (int c = 0; c < SA_QV4; c++) o[i][c] = SA_FN(splat)(0);
-        for (int64_t t = 0; t < n; t++) {
-            const SA_T *vt = V + t * ldk + j0;
-            VEC v[SA_QV4];
-#pragma GCC unroll 4
-            for (int c = 0; c < SA_QV4; c++) v[c] = LOAD(vt + c * SA_VL);
-#pragma GCC unroll 4
-            for (int i = 0; i < hc; i++) {
-                const VEC p = SA_FN(splat)(s[i * lds + t]);
-#pragma GCC unroll 4
-                for (int c = 0; c < SA_QV4; c++) o[i][c] += p * v[c];
-            }
-        }
-#pragma GCC unroll 4
-        for (int i = 0; i < hc; i++)
-#pragma GCC unroll 4
-            for (int c = 0; c < SA_QV4; c++) STORE(out + i * dh + j0 + c * SA_VL, o[i][c] * inv[i]);
-    }
-    for (int i = 0; i < hc; i++) {
-        const SA_T *si = s + i * lds;
-        SA_T *oi = out + i * dh;
-        for (int64_t j = j0; j < dv; j += SA_VL) {  /* the vectors left, one a pass */
-            VEC o = SA_FN(splat)(0);
-            for (int64_t t = 0; t < n; t++) o += SA_FN(splat)(si[t]) * LOAD(V + t * ldk + j);
-            STORE(oi + j, o * inv[i]);
-        }
-        for (int64_t j = dv; j < dh; j++) {  /* the columns left */
-            SA_T o = 0;
-            for (int64_t t = 0; t < n; t++) o += si[t] * V[t * ldk + j];
-            oi[j] = o * inv[i];
-        }
-    }
+static inline void SA_FN(widen_half)(const uint16_t *h, SA_T *out, int64_t n) {  /* out[:n] = h[:n] */
+    int64_t j = 0;
+    for (; j + SA_VL <= n; j += SA_VL) STORE(out + j, SA_FN(load_half)(h + j));
+    for (; j < n; j++) out[j] = sa_f16_bits(h[j]);
 }
 
-/* hc heads (a constant where inlined) through both passes */
-static inline __attribute__((always_inline)) void SA_FN(decode_chunk)(const SA_T *q, int hc, const SA_T *K,
-        const SA_T *V, int64_t ldk, int64_t n, int64_t dh, SA_T scale, const uint8_t *keep, SA_T *s,
-        int64_t lds, SA_T *out) {
-    SA_T inv[SA_QG];
-    SA_FN(decode_weights)(q, hc, K, V, ldk, n, dh, scale, keep, s, lds, inv);
-    SA_FN(decode_values)(hc, V, ldk, n, dh, s, lds, inv, out);
-}
-
-static void SA_FN(sa_decode_heads)(const SA_T *q, int64_t G, const SA_T *K, const SA_T *V, int64_t ldk,
-                                   int64_t n, int64_t dh, SA_T scale, const uint8_t *keep, SA_T *s, int64_t lds,
-                                   SA_T *out) {
-    for (int64_t i = 0; i < G; i += SA_QG) {  /* SA_QG heads a chunk, the chunk's count a constant */
-        const SA_T *qi = q + i * dh;
-        SA_T *si = s + i * lds, *oi = out + i * dh;
-        switch (G - i < SA_QG ? (int)(G - i) : SA_QG) {
-        case 1: SA_FN(decode_chunk)(qi, 1, K, V, ldk, n, dh, scale, keep, si, lds, oi); break;
-#if SA_QG == 4
-        case 3: SA_FN(decode_chunk)(qi, 3, K, V, ldk, n, dh, scale, keep, si, lds, oi); break;
-        case 4: SA_FN(decode_chunk)(qi, 4, K, V, ldk, n, dh, scale, keep, si, lds, oi); break;
+static void SA_FN(sa_to_half)(const SA_T *x, uint16_t *h, int64_t n) {  /* h[:n] = x[:n] rounded */
+    int64_t j = 0;
+#if SA_X86 && SA_VBYTES == 64 && defined(__AVX512F__)
+    for (; j + 16 <= n; j += 16)
+        _mm256_storeu_si256((__m256i *)(h + j), _mm512_cvtps_ph(_mm512_loadu_ps(x + j), _MM_FROUND_TO_NEAREST_INT));
+#elif SA_X86 && SA_VBYTES >= 32 && defined(__F16C__)
+    for (; j + 8 <= n; j += 8)
+        _mm_storeu_si128((__m128i *)(h + j), _mm256_cvtps_ph(_mm256_loadu_ps(x + j), _MM_FROUND_TO_NEAREST_INT));
 #endif
-        default: SA_FN(decode_chunk)(qi, 2, K, V, ldk, n, dh, scale, keep, si, lds, oi); break;
-        }
-    }
+    for (; j < n; j++) h[j] = sa_f16_round(x[j]);
 }
-#undef SA_QG
+
+/* sa_decode_heads over a float32 cache, and sa_decode_heads_h over a float16 one */
+#define SA_KV_HALF 0
+#include "tmpl_decode.h"
+#undef SA_KV_HALF
+#define SA_KV_HALF 1
+#include "tmpl_decode.h"
+#undef SA_KV_HALF
 
 /* y[j] = (r[j] +) act(b[j] + sum_t parts[t n + j]) for j0 <= j < j1: the T threads' partial products
  * (each x . w over its share of w's rows, sa_linear_rows) added up; act: max(0, .) if relu (NaN stays

@@ -10,7 +10,7 @@ import pytest
 
 import silkattn
 from silkattn import reference as ref
-from silkattn._testing import TOL, TOL_Q8, assert_close
+from silkattn._testing import TOL, TOL_F16_CACHE, TOL_Q8, assert_close
 from silkattn.quant import QuantizedMatrix
 
 
@@ -142,13 +142,14 @@ def test_layer_step_is_the_same_step_as_ops(on_backend, threads, rng, case):
 ROWS_CASES = [case for case in CASES if not case.startswith("listing")]
 
 
+@pytest.mark.parametrize("kv", ["float32", "float16"])
 @pytest.mark.parametrize("case", ROWS_CASES)
-def test_layer_step_rows_is_each_row_alone(on_backend, threads, rng, case):
+def test_layer_step_rows_is_each_row_alone(on_backend, threads, rng, case, kv):
     """ops.layer_step_rows: 5 rows (a batch's step), each at a position of its own over its own page
-    of a pool of 7 caches (already holding keys), against layer_step of each row alone over a copy
-    of its page: the rows and every page."""
+    of a pool of 7 caches (already holding keys; float32 or float16), against layer_step of each row
+    alone over a copy of its page: the rows and every page."""
     record, shape, d = CASES[case](rng)
-    K, V = (rng.standard_normal((7,) + shape).astype(np.float32) for _ in range(2))
+    K, V = (rng.standard_normal((7,) + shape).astype(kv) for _ in range(2))
     K0, V0 = K.copy(), V.copy()
     step = silkattn.ops.layer_step_record(cache=(K[0], V[0]), **record)
     X = rng.standard_normal((5, d)).astype(np.float32)
@@ -158,9 +159,10 @@ def test_layer_step_rows_is_each_row_alone(on_backend, threads, rng, case):
         alone = silkattn.ops.layer_step_record(cache=(K0[page], V0[page]), **record)
         silkattn.ops.layer_step(alone, x, int(pos))
     assert silkattn.ops.layer_step_rows(step, X, positions, K, V, pages) is X
-    table = TOL_Q8 if "int8" in case else TOL
+    # int8: the rows' products sum otherwise than a row's alone; a float16 cache rounds such differences
+    table = TOL_Q8 if "int8" in case else TOL_F16_CACHE if kv == "float16" else TOL
     for a, b in ((X, expected), (K, K0), (V, V0)):
-        assert_close(a, b.astype(np.float64), np.float32, table)
+        assert_close(a.astype(np.float32), b.astype(np.float64), np.float32, table)
         # numba's kernel of rows runs each row through its one-row step's own functions
         assert on_backend != "numba" or np.array_equal(a, b)
 
@@ -201,6 +203,89 @@ def test_layer_step_attends_long_caches_a_group_at_a_time(on_backend, threads, r
             silkattn.ops.layer_step(silkattn.ops.layer_step_record(cache=(K0, V0), **record), x0, pos)
         for a, b in ((x, x0), (K, K0), (V, V0)):
             assert_close(a, b.astype(np.float64), np.float32, TOL)
+
+
+F16_CASES = ["listing pre-norm", "listing post-norm cross", "llama Q8_0", "llama Q4_1 int8",
+             "gemma K-quants int8 window", "gemma ring int8"]
+
+
+@pytest.mark.parametrize("case", F16_CASES)
+def test_a_float16_cache_is_the_float32_cache_rounded(on_backend, threads, rng, case):
+    """A float16 cache (half the bytes): six positions of one cache, each step against the numpy
+    backend's step over a copy of the same float16 cache (x and the rows written; the backends'
+    products may differ in the last bit, and their rows then round apart: TOL_F16_CACHE); and that
+    step against the numpy backend's over a float32 cache holding the same keys: its rows written,
+    rounded, are the float16 step's to the bit, and x differs by the rounding of the keys alone."""
+    record, shape, d = CASES[case](rng)
+    K, V = (rng.standard_normal(shape).astype(np.float16) for _ in range(2))
+    K0, V0, K32, V32 = K.copy(), V.copy(), K.astype(np.float32), V.astype(np.float32)
+    step = silkattn.ops.layer_step_record(cache=(K, V), **record)
+    with silkattn.use_backend("numpy"):
+        ops_step = silkattn.ops.layer_step_record(cache=(K0, V0), **record)
+        wide = silkattn.ops.layer_step_record(cache=(K32, V32), **record)
+    x = rng.standard_normal(d).astype(np.float32)
+    for pos in range(6):
+        K0[...], V0[...], x0 = K, V, x.copy()
+        K32[...], V32[...], x32 = K, V, x.copy()
+        with silkattn.use_backend("numpy"):
+            silkattn.ops.layer_step(ops_step, x0, pos)
+            silkattn.ops.layer_step(wide, x32, pos)
+        silkattn.ops.layer_step(step, x, pos)
+        for a, b in ((x, x0), (K, K0), (V, V0)):
+            assert_close(a.astype(np.float32), b.astype(np.float64), np.float32,
+                         TOL_Q8 if "int8" in case else TOL_F16_CACHE)
+        assert K.dtype == V.dtype == np.float16
+        assert np.array_equal(K0, K32.astype(np.float16)) and np.array_equal(V0, V32.astype(np.float16))
+        if "int8" not in case:  # a rounded key can move a row's 8-bit rounding by a step
+            assert_close(x0, x32.astype(np.float64), np.float32, TOL_F16_CACHE)
+
+
+def float16_edges(rng, n):
+    """n float32 values that test a rounding to float16: ties to even (normal and subnormal), the
+    largest finite, the first that overflows, infinities, the subnormals' half-step, zero (not -0:
+    the test's V is 0 + the value); then random bit patterns over float16's exponents and beyond."""
+    edges = [0.0, 2.0 ** -30, 1.0, 1 + 2 ** -11, 1 + 3 * 2 ** -11, -(1 + 2 ** -11), 65504.0, 65519.996,
+             65520.0, -65520.0, 1e6, np.inf, -np.inf, 2.0 ** -24, 2.0 ** -25, -2.0 ** -25,
+             2.0 ** -25 * 1.0001, 3 * 2.0 ** -25, 5 * 2.0 ** -25, 2.0 ** -14, 2.0 ** -14 * (1 - 2 ** -11),
+             2.0 ** -14 - 2.0 ** -25, 2.0 ** -26, 6.1e-5, 0.099976, 2049.0, 2051.0, 4097.0]
+    bits = rng.integers(95 << 23, 150 << 23, n - len(edges), dtype=np.int64).astype(np.uint32)
+    bits |= rng.integers(0, 2, len(bits), dtype=np.uint32) << 31
+    return np.concatenate([np.array(edges, np.float32), bits.view(np.float32)])
+
+
+def test_a_float16_cache_rounds_as_numpy_does(on_backend, threads, rng):
+    """The rows written to a float16 cache are numpy's astype(np.float16) of the float32 rows, bit
+    for bit, over every rounding case (float16_edges): each value set as a V head's output (the
+    listing's block, its V columns zero and their bias the values), a step at each of 3 positions."""
+    record, shape, d = listing_block(rng, d=256, h=4)
+    for pos in range(3):
+        values = float16_edges(rng, d)
+        W = record["qkv"] if not isinstance(record["qkv"], tuple) else record["qkv"][0]
+        W = W.copy()
+        W[:, 2 * d:] = 0
+        b = np.concatenate([np.zeros(2 * d, np.float32), values])
+        K, V = (np.zeros(shape, np.float16) for _ in range(2))
+        step = silkattn.ops.layer_step_record(cache=(K, V), **dict(record, qkv=(W, b)))
+        with np.errstate(invalid="ignore", over="ignore"):
+            silkattn.ops.layer_step(step, rng.standard_normal(d).astype(np.float32), pos)
+            expected = values.astype(np.float16)
+        assert np.array_equal(V[pos].view(np.uint16), expected.view(np.uint16)), \
+            (values[V[pos].view(np.uint16) != expected.view(np.uint16)])
+
+
+def test_a_float16_cache_is_checked(rng):
+    record, shape, d = CASES["llama Q8_0"](rng)
+    with pytest.raises(TypeError, match="float32 or float16"):
+        silkattn.ops.layer_step_record(cache=(np.zeros(shape, np.int8), np.zeros(shape, np.int8)), **record)
+    with pytest.raises(TypeError, match="cache's V must be float16"):
+        silkattn.ops.layer_step_record(cache=(np.zeros(shape, np.float16), np.zeros(shape)), **record)
+    K, V = (np.zeros((3,) + shape, np.float16) for _ in range(2))
+    step = silkattn.ops.layer_step_record(cache=(K[0], V[0]), **record)
+    X = np.zeros((2, d), np.float32)
+    with pytest.raises(ValueError, match="K_pages must be a writeable C-contiguous float16"):
+        silkattn.ops.layer_step_rows(step, X, [1, 2], K.astype(np.float32), V, [0, 1])
+    with pytest.raises(ValueError, match="V_pages"):
+        silkattn.ops.layer_step_rows(step, X, [1, 2], K, V.astype(np.float32), [0, 1])
 
 
 @pytest.mark.parametrize("case", ["llama Q4_1 int8", "gemma K-quants int8 window", "gemma ring"])

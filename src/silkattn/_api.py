@@ -1339,9 +1339,13 @@ def _step_product(W, name, k, n):
                              matrix)
 
 
+KV_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))  # a fused step's cache: float32, or float16
+
+
 def _step_cache(cache, h_kv, dh):
     """(K, V, head_stride, row_stride, capacity) of a layer's cache (K, V): each (h_kv, capacity, dh)
-    (Llama's) or (capacity, h_kv dh) (the listing's, heads side by side)."""
+    (Llama's) or (capacity, h_kv dh) (the listing's, heads side by side), both float32 or both
+    float16."""
     if not (isinstance(cache, (tuple, list)) and len(cache) == 2):
         raise TypeError(f"cache must be a layer's (K, V), got {type(cache).__name__}")
     K, V = cache
@@ -1355,7 +1359,10 @@ def _step_cache(cache, h_kv, dh):
                          f"got {shape}")
     if capacity < 1:
         raise ValueError("cache must hold at least one position")
-    K, V = (_step_array(a, f"cache's {n}", shape, writeable=True) for a, n in ((K, "K"), (V, "V")))
+    dtype = getattr(K, "dtype", None)
+    if dtype not in KV_DTYPES:
+        raise TypeError(f"cache's K must be float32 or float16, got {dtype}")
+    K, V = (_step_array(a, f"cache's {n}", shape, dtype, writeable=True) for a, n in ((K, "K"), (V, "V")))
     if np.shares_memory(K, V):
         raise ValueError("cache's K and V must not overlap")
     return K, V, *strides, capacity
@@ -1610,12 +1617,12 @@ def _layer_rows(step, X, x_at, positions, K_pages, V_pages, pages, last):  # -> 
         step.prepared["rows_record"] = True
     page_shape = (step.h_kv, step.capacity, step.dh)
     for name, a in (("K_pages", K_pages), ("V_pages", V_pages)):
-        if type(a) is not np.ndarray or a.dtype != _F32 or a.ndim != 4 or a.shape[1:] != page_shape \
+        if type(a) is not np.ndarray or a.dtype != step.K.dtype or a.ndim != 4 or a.shape[1:] != page_shape \
                 or not a.flags.c_contiguous or not a.flags.writeable \
                 or (step.head_stride, step.row_stride) != (step.capacity * step.dh, step.dh):
-            raise ValueError(f"{name} must be a writeable C-contiguous float32 array (n_pages, "
+            raise ValueError(f"{name} must be a writeable C-contiguous {step.K.dtype} array (n_pages, "
                              f"{', '.join(map(str, page_shape))}) of caches laid out as the record's, got "
-                             f"{getattr(a, 'shape', type(a).__name__)}")
+                             f"{getattr(a, 'dtype', '')} {getattr(a, 'shape', type(a).__name__)}")
     if K_pages.shape != V_pages.shape:
         raise ValueError(f"V_pages must have K_pages' shape {K_pages.shape}, got {V_pages.shape}")
     if last is not None and _rows_key(last[0]) == _rows_key(step) and len(K_pages) == last[1][5]:
@@ -1764,6 +1771,7 @@ def _step_attention(kernels, L, qkv, pos):
     strides = (L.head_stride * item, L.row_stride * item, item)
     K, V = (np.lib.stride_tricks.as_strided(a, (h_kv, L.capacity, dh), strides) for a in (L.K, L.V))
     row, lo, n = L.keys(pos)
-    K[:, row], V[:, row] = heads[h:h + h_kv], heads[h + h_kv:]
+    K[:, row], V[:, row] = heads[h:h + h_kv], heads[h + h_kv:]  # a float16 cache: rounded to nearest even
     q = heads[:h].reshape(h_kv, h // h_kv, dh)  # a group's query heads: the rows of its K/V head's attention
-    return attention(kernels, q, K[:, lo:lo + n], V[:, lo:lo + n], scale=L.scale).reshape(-1)
+    K, V = (a[:, lo:lo + n].astype(np.float32, copy=False) for a in (K, V))  # float16 widened exactly
+    return attention(kernels, q, K, V, scale=L.scale).reshape(-1)

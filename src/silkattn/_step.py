@@ -11,8 +11,10 @@ A step, in place on the residual row x (d,) at position pos (silkattn.ops.layer_
                          its own first (Gemma 3); this token's K and V go to the cache's row pos, and
                          each query head attends over the keys at positions max(0, pos - window + 1)
                          .. pos of its K/V head (grouped-query: head j reads K/V head j // (h / h_kv)),
-                         scores times `scale`. A ring (ring: the cache holds the window's positions):
-                         position p in row p % capacity, the step sees every row written. Rotary
+                         scores times `scale`. A float16 cache (half the bytes) holds K and V
+                         rounded to nearest even, the attention reading them widened exactly. A
+                         ring (ring: the cache holds the window's positions): position p in row
+                         p % capacity, the step sees every row written. Rotary
                          (cos, sin given): the query and key heads turned by row pos of the tables
                          first (the half-split pairs of reference.rope). post1 (sandwich norms): an
                          RMSNorm of the sublayer's output before the residual add (none if empty).
@@ -100,7 +102,7 @@ class LayerStep:
     window: int            # a query sees the keys less than window positions back (0: all)
     ring: bool             # the cache is a ring of the window's positions (capacity == window)
     positions: int         # the positions a step may be at: capacity, or with a ring the tables'
-    K: np.ndarray          # the layer's cache, float32, C-contiguous: head g's row t at element
+    K: np.ndarray          # the layer's cache, float32 or float16, C-contiguous: head g's row t at element
     V: np.ndarray          #   g head_stride + t row_stride of the flat K and V (Llama's (h_kv,
     head_stride: int       #   capacity, dh): capacity dh, dh; the listing's (capacity, d): dh, d)
     row_stride: int

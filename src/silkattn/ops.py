@@ -209,8 +209,10 @@ def layer_step_record(*, heads, norm1, qkv, o, norm2, up, down, cache, eps, kv_h
         "int8" activations round the block products' input to 8 bits), or (matrix, bias); qkv and
         up may also be a list of parts side by side (blocks of different types), [Wq, Wk, Wv].
     activation: "relu" (relu(up)), "swiglu" (silu(gate) up) or "geglu" (gelu_tanh(gate) up).
-    cache: the layer's (K, V), float32, each (kv_heads, capacity, head width) or (capacity, kv_heads
-        head width); layer_step writes row pos and attends over the rows it sees.
+    cache: the layer's (K, V), both float32 or both float16 (half the bytes: rows rounded to nearest
+        even as they are written, widened exactly as they are read), each (kv_heads, capacity, head
+        width) or (capacity, kv_heads head width); layer_step writes row pos and attends over the
+        rows it sees.
     window: a query sees the keys less than window positions back; a cache of exactly window
         positions is then a ring (position p in row p % window) and positions (default capacity)
         the last position + 1 the step may be at (the rotary tables' length).
@@ -243,12 +245,12 @@ def layer_step_rows(step, X, positions, K_pages, V_pages, pages):
     """X (m, d) float32, the residual rows of m tokens (a batch's decoding step), each through the
     layer of `step` in place as layer_step would take it alone: row r at position positions[r] over
     its own cache, page pages[r] of K_pages and V_pages (n_pages, h_kv, capacity, d_head: a pool of
-    caches laid out as the record's), its K and V written there. step may be a list of records,
-    the layers run in turn (K_pages and V_pages then lists of their pools, one pair a record). One
-    fused call for all the rows and layers where the backend has one (each product one pass over
-    the weights for the rows), else the ops (each product one call for the rows, each row's
-    attention over its page). Llama-family records (block products, pre-norm, gated, no
-    cross-attention)."""
+    caches laid out as the record's, of its cache's dtype), its K and V written there. step may be
+    a list of records, the layers run in turn (K_pages and V_pages then lists of their pools, one
+    pair a record). One fused call for all the rows and layers where the backend has one (each
+    product one pass over the weights for the rows), else the ops (each product one call for the
+    rows, each row's attention over its page). Llama-family records (block products, pre-norm,
+    gated, no cross-attention)."""
     return _api.layer_step_rows(_backends.kernels(), step, X, positions, K_pages, V_pages, pages)
 
 

@@ -333,6 +333,7 @@ def layer_step_rows(steps, X, ats, Ks, Vs, coss, sins, num_threads):
         t = step.prepared.get("numba")
         if t is None:
             t = step.prepared["numba"] = _step_record(step)
+        K, V = _kv_bits(K), _kv_bits(V)
         pools = (K, V, _read_only(K), _read_only(V))
         rotary = _read_only(cos), _read_only(sin)
         _layer_step.layer_step_rows(t, X, _read_only(at), pools, *rotary, work, nthreads)
@@ -349,7 +350,7 @@ def _step_record(s):
         return ro(P.w), ro(P.b), int(P.kind), int(P.k), int(P.n)
 
     S = s.scratch
-    K, V = s.K.reshape(-1), s.V.reshape(-1)
+    K, V = _kv_bits(s.K.reshape(-1)), _kv_bits(s.V.reshape(-1))
     parts_n = max([P.n for P in s.products if P.kind == DENSE] + [0])
     return (s.d, s.h, s.h_kv, s.dh, float(s.eps), s.post_norm, int(s.gate), s.q8, s.has_cross,
             norm(s.norm1), tuple(map(product, s.qkv)), product(s.o), norm(s.norm2), tuple(map(product, s.up)),
@@ -358,6 +359,10 @@ def _step_record(s):
             (ro(s.Km.reshape(-1)), ro(s.Vm.reshape(-1)), ro(s.keep), len(s.Km)), ro(s.cos), ro(s.sin),
             (S.qkv, S.a, ro(S.a), S.hn, ro(S.hn), S.f, ro(S.f), S.scores), parts_n, norm(s.q_norm),
             norm(s.k_norm), norm(s.post1), norm(s.post2), float(s.scale))
+
+
+def _kv_bits(a):  # a float16 cache as its uint16 bits (Numba has no float16 on the CPU), else a itself
+    return a.view(np.uint16) if a.dtype == np.float16 else a
 
 
 _F32, _U8 = np.dtype(np.float32), np.dtype(np.uint8)

@@ -519,11 +519,101 @@ def _heads_at(L, qkv, K, V, at, cos, sin, i):
     if cos.size:
         _rope(qkv, h + h_kv, dh, cos[i], sin[i])
     for g in range(h_kv):
-        kb, vb = (h + g) * dh, (h + h_kv + g) * dh
         o = at + g * L.cache.head_stride
-        for j in range(dh):
-            K[o + j] = qkv[kb + j]
-            V[o + j] = qkv[vb + j]
+        _kv_put(K, o, qkv, (h + g) * dh, dh)
+        _kv_put(V, o, qkv, (h + h_kv + g) * dh, dh)
+
+
+# ---- A float16 cache (half the bytes): the pools and the cache as their uint16 bits (Numba has no
+# float16 on the CPU), each row rounded to nearest even as it is written (numpy's astype(float16),
+# F16C's vcvtps2ph: kernels/quant_ext.h's sa_f16_round, the same integer operations) and widened
+# exactly into float32 rows before the attention reads them (_kv_rows).
+
+@jit(cache=CACHE)
+def _round_half(x, xo, C, at, n):
+    """C[at : at + n] = the float16 bits of x[xo : xo + n] (float32), rounded to nearest even."""
+    u = x.view(np.uint32)
+    for j in range(n):
+        b = np.int64(u[xo + j])
+        sign, a = (b >> 16) & 0x8000, b & 0x7FFFFFFF
+        if a >= 0x7F800000:  # inf, or NaN (quiet, its payload's top bits)
+            r = 0x7C00 | ((0x200 | ((a >> 13) & 0x3FF)) if a > 0x7F800000 else 0)
+        elif a >= 0x477FF000:  # 65520 and up: inf
+            r = 0x7C00
+        elif a >= 0x38800000:  # normal: round at bit 13, ties to even, the exponent rebiased
+            r = ((a + 0xFFF + ((a >> 13) & 1)) >> 13) - (112 << 10)
+        elif a <= 0x33000000:  # 2^-25 and below: zero
+            r = 0
+        else:  # subnormal: m 2^-s units of 2^-24
+            s, m = 126 - (a >> 23), (a & 0x7FFFFF) | 0x800000
+            q, rest, half = m >> s, m & ((1 << s) - 1), 1 << (s - 1)
+            r = q + (1 if rest > half or (rest == half and q & 1) else 0)
+        C[at + j] = sign | r
+
+
+@jit(cache=CACHE)
+def _widen_half(C, at, out, oo, n):
+    """out[oo : oo + n] = the float16 bits C[at : at + n] as float32, exactly."""
+    w = out.view(np.uint32)
+    for j in range(n):
+        b = np.int64(C[at + j])
+        e, f = (b >> 10) & 31, b & 1023
+        if e == 31:
+            w[oo + j] = ((b & 0x8000) << 16) | 0x7F800000 | (f << 13)
+        elif e:
+            w[oo + j] = ((b & 0x8000) << 16) | ((e + 112) << 23) | (f << 13)
+        else:  # zero or subnormal: f 2^-24, exact
+            v = np.float32(f) * np.float32(2.0 ** -24)
+            out[oo + j] = -v if b & 0x8000 else v
+
+
+def _kv_put(C, at, x, xo, n):
+    """C[at : at + n] = x[xo : xo + n]: a float32 cache's row, or rounded to a float16 one's bits."""
+    if C.dtype == np.uint16:
+        _round_half(x, xo, C, at, n)
+    else:
+        C[at:at + n] = x[xo:xo + n]
+
+
+@overload(_kv_put)
+def _kv_put_typed(C, at, x, xo, n):
+    if C.dtype == types.uint16:
+        def half(C, at, x, xo, n):
+            _round_half(x, xo, C, at, n)
+        return half
+
+    def same(C, at, x, xo, n):
+        for j in range(n):
+            C[at + j] = x[xo + j]
+    return same
+
+
+def _kv_rows(K, V, first, geom):  # -> (kf, vf), geom: what _attend reads of the cache's rows
+    """The n rows of each K/V head from element `first` (geom: _attend's): a float32 cache's own
+    (K[first:], V[first:]), a float16 one's widened into new float32 arrays, heads n dh apart."""
+    if K.dtype != np.uint16:
+        return (K[first:], V[first:]), geom
+    return _widen_heads(K, V, first, geom)
+
+
+@jit(cache=CACHE)
+def _widen_heads(K, V, first, geom):
+    head_stride, ld, dh, n, h, group = geom
+    kf, vf = np.empty((h // group) * n * dh, np.float32), np.empty((h // group) * n * dh, np.float32)
+    for g in range(h // group):
+        for t in range(n):
+            _widen_half(K, first + g * head_stride + t * ld, kf, (g * n + t) * dh, dh)
+            _widen_half(V, first + g * head_stride + t * ld, vf, (g * n + t) * dh, dh)
+    return (kf, vf), (n * dh, dh, dh, n, h, group)
+
+
+# Not inline="always" (nor _kv_put's): inlined into layer_step_rows' loop over the rows, Numba 0.68
+# compiled a step whose rows came out wrong (NaN), each row alone too; called, they are right.
+@overload(_kv_rows)
+def _kv_rows_typed(K, V, first, geom):
+    if K.dtype == types.uint16:
+        return lambda K, V, first, geom: _widen_heads(K, V, first, geom)
+    return lambda K, V, first, geom: ((K[first:], V[first:]), geom)
 
 
 @jit(cache=CACHE, fastmath=FASTMATH)
@@ -551,9 +641,9 @@ def _attention_sublayer(L, N, Wq, Wo, x, xr, pos, keys, cross, buf, parts, nthre
         C = L.cache
         row, key0, nkeys = keys
         _heads_at(L, S.qkv, C.K, C.V, row * C.row_stride, L.cos, L.sin, pos)
-        first = key0 * C.row_stride
         geom = (C.head_stride, C.row_stride, dh, nkeys, h, h // h_kv)
-        _attend(S.qkv, (C.Kr[first:], C.Vr[first:]), geom, L.memory.keep, no, S.scores, S.a, scale, nthreads)
+        kv, geom = _kv_rows(C.Kr, C.Vr, key0 * C.row_stride, geom)
+        _attend(S.qkv, kv, geom, L.memory.keep, no, S.scores, S.a, scale, nthreads)
         _out(L, Wo, S.a, S.ar, x, xr, L.post1, S.hn, yes, no, parts, nthreads)
     if L.post_norm:
         _norm(N, x, L.eps, x, buf)
@@ -686,9 +776,9 @@ def layer_step_rows(t, X, at, pools, cos, sin, work, nthreads):
         row, key0, nkeys, base = at[r, 0], at[r, 1], at[r, 2], at[r, 3]
         S.qkv[:nq] = QKV[r]
         _heads_at(L, S.qkv, K, V, base + row * C.row_stride, cos, sin, r)
-        first = base + key0 * C.row_stride
         geom = (C.head_stride, C.row_stride, dh, nkeys, h, h // h_kv)
-        _attend(S.qkv, (KR[first:], VR[first:]), geom, L.memory.keep, no, S.scores, S.a, scale, nthreads)
+        kv, geom = _kv_rows(KR, VR, base + key0 * C.row_stride, geom)
+        _attend(S.qkv, kv, geom, L.memory.keep, no, S.scores, S.a, scale, nthreads)
         A[r] = S.a[:h * dh]
     _rows_blocks(L.o, AR, L.o.b, no, Y, L.q8, nthreads)
     _rows_residual(L, L.post1, Y, X)
