@@ -107,10 +107,12 @@ def _lone_logits(model, ids, new):  # -> each step's logits as generate(ids) wri
     return logits
 
 
-@pytest.mark.parametrize("name, activations", [("llama-Q4_1", "int8"), ("qwen2-Q8_0", "int8"),
-                                              ("gemma3-window-Q8_0", "int8"), ("llama-Q4_1", "float32"),
-                                              ("llama-Q4_K_M", "int8")])
-def test_batches_give_generate_s_logits_to_the_bit(files, name, activations):
+@pytest.mark.parametrize("name, activations, kv", [
+    ("llama-Q4_1", "int8", "float32"), ("qwen2-Q8_0", "int8", "float32"),
+    ("gemma3-window-Q8_0", "int8", "float32"), ("llama-Q4_1", "float32", "float32"),
+    ("llama-Q4_K_M", "int8", "float32"), ("llama-Q4_1", "int8", "float16"),
+    ("gemma3-window-Q8_0", "int8", "float16"), ("llama-Q4_K_M", "int8", "float16")])
+def test_batches_give_generate_s_logits_to_the_bit(files, name, activations, kv):
     """cython: 13 prompts of 1 to 30 tokens (more rows than a few-row call's 8),
     default pages: every step's logits of every sequence, bit for bit, those generate's own prefill
     and steps give it: the packed prefill's attention split by path (ops.attention_varlen), its
@@ -120,7 +122,8 @@ def test_batches_give_generate_s_logits_to_the_bit(files, name, activations):
     Q8_ROWS rows in the few-row kernels, a
     one-token prompt a decoding step at position 0 (generate's prefill of it is the fused step);
     Gemma 3's window (8 positions) shorter than most prompts; a Q4_K_M-like file's Q4_K and Q6_K
-    matrices in their 16-row layouts (its Q6_K head's rows not whole groups: the file's)."""
+    matrices in their 16-row layouts (its Q6_K head's rows not whole groups: the file's); and with
+    a float16 KV cache (the prefill's attention over its rows rounded, as generate's over its cache)."""
     import silkattn
     if not silkattn.backends()["cython"].startswith("available"):
         pytest.skip("the cython backend is not built")
@@ -129,7 +132,7 @@ def test_batches_give_generate_s_logits_to_the_bit(files, name, activations):
         pytest.skip("a row's int8 sums are the same in any call on the AVX-512 copy only")
     rng = np.random.default_rng(5)
     with silkattn.use_backend("cython"):
-        model = llama.load(files[name], activations=activations)
+        model = llama.load(files[name], activations=activations, kv_dtype=kv)
         if name == "llama-Q4_K_M":  # the products read the layouts (read-only blocks, whole groups)
             kinds = {model.head.kind} | {W.kind for L in model.layers for W in (L.wd, L.wqkv)}
             pack = silkattn.cython.KERNELS.pack_rows16  # the head's 265 rows are not whole groups
@@ -151,10 +154,12 @@ def _sharing_prompts(rng, vocab):  # prompts that share prefixes of many lengths
     return prompts + [prompts[3][:2], prompts[1] + [7], base[:5]]
 
 
-@pytest.mark.parametrize("name, activations", [("llama-Q4_1", "int8"), ("gemma3-window-48-Q8_0", "int8"),
-                                              ("gemma3-window-Q8_0", "int8"), ("llama-Q4_1", "float32"),
-                                              ("qwen2-Q8_0", "int8")])
-def test_prompts_of_one_prefill_share_their_common_prefix_to_the_bit(files, name, activations):
+@pytest.mark.parametrize("name, activations, kv", [
+    ("llama-Q4_1", "int8", "float32"), ("gemma3-window-48-Q8_0", "int8", "float32"),
+    ("gemma3-window-Q8_0", "int8", "float32"), ("llama-Q4_1", "float32", "float32"),
+    ("qwen2-Q8_0", "int8", "float32"),
+    ("llama-Q4_1", "int8", "float16"), ("gemma3-window-48-Q8_0", "int8", "float16")])
+def test_prompts_of_one_prefill_share_their_common_prefix_to_the_bit(files, name, activations, kv):
     """cython: prompts that share prefixes (a whole prompt, all but a token, one token, a prefix of
     a prefix) prefilled together: each takes the rows of its longest prefix in common with an
     earlier one instead of multiplying its own, and every step's logits are still, bit for bit,
@@ -168,7 +173,7 @@ def test_prompts_of_one_prefill_share_their_common_prefix_to_the_bit(files, name
     if silkattn.cython.ISA != "avx512":
         pytest.skip("a row's int8 sums are the same in any call on the AVX-512 copy only")
     with silkattn.use_backend("cython"):
-        model = llama.load(files[name], activations=activations)
+        model = llama.load(files[name], activations=activations, kv_dtype=kv)
         prompts = _sharing_prompts(np.random.default_rng(8), model.config.vocab)
         runner = batch.Batch(model, max_batch=16)
         logits = _step_logits(runner, prompts, 6)
@@ -199,6 +204,46 @@ def test_prompts_sharing_prefixes_are_generate_one_at_a_time(files, name, on_bac
     # four at a time: each joins as another leaves and shares with those running
     assert model.generate_batch(prompts, 8, ignore_eos=True, max_batch=4) == alone
     assert (model.stats["shared_tokens"] > 30) == _backends_attention()
+
+
+@pytest.mark.parametrize("name", ["llama-Q4_1", "gemma3-window-Q8_0", "mqa-F16"])
+def test_a_float16_cache_batch_is_generate_one_at_a_time(files, name, on_backend, threads):
+    """kv_dtype="float16" (half the cache's bytes): generate_batch over pages of 4 (the paged step,
+    its pages widened), of 64 (the fused step of rows), one at a time (the fused step) and with
+    shared prefixes writes generate's tokens, each sequence over a float16 cache of its own."""
+    model = llama.load(files[name], kv_dtype="float16")
+    assert model.kv_dtype == np.float16 and model.cache(10)[0].dtype == np.float16
+    new = [20, 7, 33, 1, 12, 25]
+    alone = [model.generate(p, n, ignore_eos=True) for p, n in zip(PROMPTS, new)]
+    for kw in ({"max_batch": 4, "page_keys": 4}, {"max_batch": 4, "page_keys": 64}, {"max_batch": 1}):
+        assert model.generate_batch(PROMPTS, new, ignore_eos=True, **kw) == alone, kw
+    prompts = _sharing_prompts(np.random.default_rng(8), model.config.vocab)
+    alone = [model.generate(p, 8, ignore_eos=True) for p in prompts]
+    assert model.generate_batch(prompts, 8, ignore_eos=True, max_batch=16) == alone
+
+
+def test_a_float16_cache_keeps_the_model_s_logits_and_halves_the_bytes(files, on_backend):
+    """The float16 cache's logits (a prefill, then steps) within float16's rounding of the float32
+    cache's, and not the same numbers; the cache, the pool and cache_bytes half as large."""
+    wide, half = (llama.load(files["llama-Q4_1"], kv_dtype=kv) for kv in ("float32", "float16"))
+    ids, new = PROMPTS[2], [7, 200, 41, 2]
+    a, b = _lone_logits(wide, ids, new), _lone_logits(half, ids, new)
+    for x, y in zip(a, b):
+        np.testing.assert_allclose(y, x, rtol=0, atol=2e-3 * np.abs(x).max())
+    assert any(not np.array_equal(x, y) for x, y in zip(a, b))
+    assert 2 * half.cache_bytes(50) == wide.cache_bytes(50) == wide.cache(50).nbytes
+    c = half.config
+    assert 2 * batch.KVPool(c, tokens=64, dtype=np.float16).nbytes == batch.KVPool(c, tokens=64).nbytes
+    runner = batch.Batch(half, max_batch=2)
+    assert runner.pool.data.dtype == np.float16
+
+
+@pytest.mark.parametrize("bad", ["int8", "bfloat16", np.float64, True, None, "half-ish"])
+def test_a_bad_kv_dtype_is_refused(files, bad):
+    with pytest.raises(ValueError, match="kv_dtype must be 'float32' or 'float16'"):
+        llama.load(files["llama-Q4_1"], kv_dtype=bad)
+    with pytest.raises(ValueError, match="dtype must be float32 or float16"):
+        batch.KVPool(llama.load(files["llama-Q4_1"]).config, tokens=16, dtype=np.int8)
 
 
 def _backends_attention():  # whether the current backend has a compiled attention (sharing needs one)

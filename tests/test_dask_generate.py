@@ -43,6 +43,15 @@ def test_completions_equal_one_process_for_any_partitioning(client, path):
     assert sd.generate(db.from_sequence(PROMPTS[:5], npartitions=2), path, 10, chat=True).compute() == chats
 
 
+def test_a_float16_cache_on_the_workers(client, path):
+    """kv_dtype reaches the workers' models: their completions are a float16-cache model's, in one
+    process (the same file loaded again with the other dtype on the same workers)."""
+    model = llama.load(path, kv_dtype="float16")
+    expected = [model.complete(p, 12) for p in PROMPTS[:6]]
+    out = sd.generate(db.from_sequence(PROMPTS[:6], npartitions=2), path, 12, max_batch=4, kv_dtype="float16")
+    assert out.compute() == expected
+
+
 def test_seeded_sampling_does_not_depend_on_the_partitioning(client, path):
     model = llama.load(path)
     expected = [model.complete(p, 10, temperature=1.2, seed=5 + i) for i, p in enumerate(PROMPTS)]
@@ -65,6 +74,8 @@ def test_bad_prompts_and_arguments(client, path, tmp_path):
         sd.generate(bag, str(tmp_path / "none.gguf"))
     with pytest.raises(ValueError, match="activations"):
         sd.generate(bag, path, activations="int4")
+    with pytest.raises(ValueError, match="kv_dtype"):
+        sd.generate(bag, path, kv_dtype="int8")
     with pytest.raises(ValueError, match="seed"):
         sd.generate(bag, path, seed=-1)
     with pytest.raises(ValueError, match="max_new_tokens"):

@@ -93,7 +93,7 @@ def _stats_line(model):
 
 def _load(args):
     from silkattn.models import llama
-    return llama.load(args.model, activations=args.activations)  # any architecture of the family
+    return llama.load(args.model, activations=args.activations, kv_dtype=args.kv_dtype)  # any of the family
 
 
 def chat(args):
@@ -435,6 +435,7 @@ def main(argv=None):
                    "(default: max-batch x min(the context, 4096), a page a sequence; given, pages of 256 "
                    "positions, and a sequence past one page takes the slower paged step)")
     s.add_argument("--activations", choices=["float32", "int8"], default="float32")
+    _kv_flag(s)
     args = parser.parse_args(argv)
     commands = {"bench": bench, "embed": embed, "chat": chat, "complete": complete, "serve": serve,
                 "train": train}
@@ -458,6 +459,12 @@ def _generation_flags(p):
                    help="what the products with the file's blocks take (int8: rows rounded as llama.cpp's)")
     p.add_argument("--threads", type=int, help="threads for every silkattn call, numpy's BLAS inside them "
                    "included (default: all cores)")
+    _kv_flag(p)
+
+
+def _kv_flag(p):
+    p.add_argument("--kv-dtype", choices=["float32", "float16"], default="float32",
+                   help="the KV cache's elements (float16: half its bytes, faster over long caches)")
 
 
 if __name__ == "__main__":

@@ -62,7 +62,7 @@ def task_threads(nthreads, host_threads=None, cpus=None, env=os.environ):
 class ModelPlugin(WorkerPlugin):
     """A Dask worker plugin: loads the model once per worker process and sets its thread counts.
     kind "bert": models.bert.load(path, weights=option); "llm": models.llama.load(path,
-    activations=option)."""
+    activations=option[0], kv_dtype=option[1])."""
 
     idempotent = True  # registering it again (each embed or generate call does) does not reload it
 
@@ -92,7 +92,7 @@ class ModelPlugin(WorkerPlugin):
 def _load(kind, model_path, option):
     if kind == "llm":
         from .models import llama
-        return llama.load(model_path, activations=option)
+        return llama.load(model_path, activations=option[0], kv_dtype=option[1])
     from .models import bert
     return bert.load(model_path, weights=option)
 
@@ -180,7 +180,7 @@ def _parts(texts):  # -> (delayed partitions, each one's first position, their l
     return parts, np.concatenate([[0], np.cumsum(lengths)]), lengths
 
 
-def _generate_partition(prompts, start, model_path, activations, max_new_tokens, chat, max_batch, seed,
+def _generate_partition(prompts, start, model_path, option, max_new_tokens, chat, max_batch, seed,
                         sampling):
     """One partition's completions (list of str); prompt i's seed is seed + its position in the
     corpus, so the answers do not depend on the partitioning."""
@@ -188,7 +188,7 @@ def _generate_partition(prompts, start, model_path, activations, max_new_tokens,
     for i, p in enumerate(prompts):
         if not isinstance(p, str):
             raise TypeError(f"prompt {start + i} must be a str, got {type(p).__name__}")
-    model = _model(model_path, activations, "llm")
+    model = _model(model_path, option, "llm")
     texts = [model.apply_chat_template([{"role": "user", "content": p}]) if chat else p for p in prompts]
     seeds = None if seed is None else [seed + start + i for i in range(len(prompts))]
     new = model.generate_batch([model.prompt_ids(t) for t in texts], max_new_tokens, seed=seeds,
@@ -199,12 +199,12 @@ def _generate_partition(prompts, start, model_path, activations, max_new_tokens,
 
 
 def generate(prompts, model_path, max_new_tokens=128, *, chat=False, activations="float32", max_batch=16,
-             temperature=0.0, top_k=None, top_p=None, seed=None):
+             temperature=0.0, top_k=None, top_p=None, seed=None, kv_dtype="float32"):
     """dask.bag of str: what model.complete(prompt, max_new_tokens, ...) writes after each prompt of
     a dask.bag of strings (or a dask.dataframe Series), in their order, or with chat=True what
     model.chat([{"role": "user", "content": prompt}], ...) answers; each partition decoded on a
     worker as one generate_batch (max_batch sequences at a time), the GGUF file at model_path
-    loaded once per worker (activations: as models.llama.load's). seed: prompt i samples with
+    loaded once per worker (activations, kv_dtype: as models.llama.load's). seed: prompt i samples with
     seed + i (i: its position in the corpus)."""
     if not isinstance(prompts, db.Bag) and not _is_series(prompts):
         raise TypeError(f"prompts must be a dask.bag of strings or a dask.dataframe Series, "
@@ -214,17 +214,19 @@ def generate(prompts, model_path, max_new_tokens=128, *, chat=False, activations
     check.sampling(temperature, top_k, top_p)
     if activations not in ("float32", "int8"):
         raise ValueError(f"activations must be float32 or int8, got {activations!r}")
+    from .models.llama import kv_cache_dtype
+    option = (activations, kv_cache_dtype(kv_dtype).name)
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
         raise ValueError(f"seed must be a non-negative int or None, got {seed!r}")
     model_path = os.fspath(model_path)
     if not os.path.isfile(model_path):
         raise FileNotFoundError(f"model_path {model_path!r} is not a file (a GGUF file, at the same path "
                                 "on every worker)")
-    _register(model_path, activations, "llm")
+    _register(model_path, option, "llm")
     parts, starts, _ = _parts(prompts)
     task = dask.delayed(_generate_partition, pure=True)
     sampling = {"temperature": temperature, "top_k": top_k, "top_p": top_p}
-    return db.from_delayed([task(p, int(s), model_path, activations, max_new_tokens, chat, max_batch, seed,
+    return db.from_delayed([task(p, int(s), model_path, option, max_new_tokens, chat, max_batch, seed,
                                  sampling) for p, s in zip(parts, starts)])
 
 

@@ -1,7 +1,8 @@
 """Many sequences at once: continuous batching over a paged KV cache.
 
 KVPool holds every layer's keys and values in pages of a fixed number of positions, one allocation
-for all the sequences: (n_layers, 2, pages, h_kv, page_keys, d_head) float32. A sequence is handed
+for all the sequences: (n_layers, 2, pages, h_kv, page_keys, d_head), float32 or float16 (the
+model's kv_dtype). A sequence is handed
 pages as it grows (any free ones, in any order: ops.attention_paged reads them through its page
 table) and gives them back when it ends; nothing is copied as it grows.
 
@@ -82,14 +83,18 @@ def shares(prompts, few=None, most=None, prior=()):  # -> [None or (a, p)] for L
 
 class KVPool:
     """Pages of keys and values for every layer of `config`'s model: as many as `tokens` positions
-    need (or `nbytes` hold), page_keys positions each. Pages are taken and given back by index."""
+    need (or `nbytes` hold), page_keys positions each, of dtype float32 or float16. Pages are taken
+    and given back by index."""
 
-    def __init__(self, config, tokens=None, nbytes=None, page_keys=PAGE_KEYS):
+    def __init__(self, config, tokens=None, nbytes=None, page_keys=PAGE_KEYS, dtype=np.float32):
         check.count(page_keys, "page_keys")
         if page_keys > PAGE_KEYS and page_keys % PAGE_KEYS:
             raise ValueError(f"page_keys must be at most {PAGE_KEYS} or a multiple of it, got {page_keys}")
         self.page_keys, c = int(page_keys), config
-        page_bytes = c.n_layers * 2 * c.h_kv * page_keys * c.d_head * 4
+        dtype = np.dtype(dtype)
+        if dtype not in (np.dtype(np.float32), np.dtype(np.float16)):
+            raise ValueError(f"dtype must be float32 or float16, got {dtype}")
+        page_bytes = c.n_layers * 2 * c.h_kv * page_keys * c.d_head * dtype.itemsize
         if (tokens is None) == (nbytes is None):
             raise ValueError("give the pool's size as tokens= or as nbytes=, one of them")
         if tokens is not None:
@@ -99,7 +104,7 @@ class KVPool:
             if not pages:
                 raise ValueError(f"nbytes={nbytes} holds no page: one takes {page_bytes} bytes "
                                  f"({page_keys} positions of {c.n_layers} layers)")
-        self.data = _aligned.pages((c.n_layers, 2, pages, c.h_kv, page_keys, c.d_head), np.float32)
+        self.data = _aligned.pages((c.n_layers, 2, pages, c.h_kv, page_keys, c.d_head), dtype)
         self._free = list(range(pages - 1, -1, -1))  # a stack: the most recently freed page first
         self.reserved = 0  # pages promised to running sequences and not yet taken
         self.kept = []  # [(prompt ids, its pages)] of ended sequences, the least recently used first
@@ -200,7 +205,7 @@ class Batch:
             page_keys = one_page(longest) if page_keys is None else page_keys
             cache_tokens = self.max_batch * max(longest, page_keys)  # max_batch pages of one_page(longest)
         page_keys = PAGE_KEYS if page_keys is None else page_keys
-        self.pool = KVPool(model.config, cache_tokens, cache_bytes, page_keys)
+        self.pool = KVPool(model.config, cache_tokens, cache_bytes, page_keys, model.kv_dtype)
         self.waiting, self.running = [], []
         self._steps = {}  # page -> the fused step's records over it (_lone)
         self.stats = {"steps": 0, "prompt_tokens": 0, "new_tokens": 0, "prefill_s": 0.0, "decode_s": 0.0,

