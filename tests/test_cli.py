@@ -30,6 +30,17 @@ def test_complete_streams_the_models_continuation(tmp_path, capsys, arch):
     assert "tiny.gguf" in err and "decode 5 tokens at" in err and "1 thread(s)" in err
 
 
+def test_complete_with_a_float16_cache(tmp_path, capsys):
+    from silkattn.models import llama
+    path = _tiny(tmp_path)
+    main(["complete", "--model", path, "--max-new-tokens", "6", "--threads", "1", "--kv-dtype", "float16",
+          "ab c"])
+    out, _ = capsys.readouterr()
+    assert out == "ab c" + llama.load(path, kv_dtype="float16").complete("ab c", 6) + "\n"
+    with pytest.raises(SystemExit):
+        main(["complete", "--model", path, "--kv-dtype", "int8", "ab c"])
+
+
 def test_chat_without_a_prompt_reads_a_conversation(tmp_path, capsys, monkeypatch):
     import io
 

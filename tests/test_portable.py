@@ -35,14 +35,18 @@ def has_avx512():
     return run(["-c", "import silkattn.cython"], "avx512").returncode == 0
 
 
-@pytest.mark.parametrize("isa", ["generic", "avx2", "avx2x64", "avx512"])
-def test_every_copy_passes_the_kernel_suite(isa):
+def skip_unless_another_copy_runs(isa):
     if isa == silkattn.cython.ISA:
         pytest.skip(f"{isa} is this CPU's own copy: the main suite runs it")
     if isa == "avx512" and not has_avx512():
         pytest.skip("this CPU has no AVX-512 (F, DQ, VL, BW): its 16-lane code runs as avx2x64 instead")
     if isa in ("avx2", "avx2x64") and silkattn.cython.ISA == "generic":
         pytest.skip("this CPU has no AVX2")
+
+
+@pytest.mark.parametrize("isa", ["generic", "avx2", "avx2x64", "avx512"])
+def test_every_copy_passes_the_kernel_suite(isa):
+    skip_unless_another_copy_runs(isa)
     proc = run(["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-k", "cython", *KERNEL_SUITE], isa)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout and "failed" not in proc.stdout
@@ -53,12 +57,7 @@ def test_every_copy_reads_and_writes_a_float16_cache(isa):
     """The fused steps over a float16 KV cache in each copy: F16C's conversions in the AVX2 (8 lanes,
     two of them for avx2x64's 16) and AVX-512 copies, the integer ones in the generic copy; the rows
     written to the bit as numpy rounds them (tests/test_layer_step.py's float16 cases)."""
-    if isa == silkattn.cython.ISA:
-        pytest.skip(f"{isa} is this CPU's own copy: the main suite runs it")
-    if isa == "avx512" and not has_avx512():
-        pytest.skip("this CPU has no AVX-512 (F, DQ, VL, BW)")
-    if isa in ("avx2", "avx2x64") and silkattn.cython.ISA == "generic":
-        pytest.skip("this CPU has no AVX2")
+    skip_unless_another_copy_runs(isa)
     proc = run(["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-k", "cython and float16",
                 "test_layer_step.py"], isa)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
