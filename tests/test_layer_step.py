@@ -167,13 +167,15 @@ def test_layer_step_rows_is_each_row_alone(on_backend, threads, rng, case, kv):
         assert on_backend != "numba" or np.array_equal(a, b)
 
 
+@pytest.mark.parametrize("kv", ["float32", "float16"])
 @pytest.mark.parametrize("h, h_kv", [(3, 3), (6, 2), (5, 1), (6, 1), (7, 1)])
-def test_layer_step_rows_attends_long_caches_a_group_at_a_time(on_backend, rng, h, h_kv):
+def test_layer_step_rows_attends_long_caches_a_group_at_a_time(on_backend, rng, h, h_kv, kv):
     """Query heads per K/V head 1, 3, 5, 6 and 7 (the compiled kernel takes up to 4 of a group a pass
     over the keys: 4 + 1, 4 + 2, 4 + 3), 64 wide, over caches of 17 to 40 keys (keys 16 at a time and
-    the rest, columns 64 at a time): the rows and the pools against the numpy backend's step."""
+    the rest, columns 64 at a time), float32 or float16: the rows and the pools against the numpy
+    backend's step."""
     record, _, d = llama_layer(rng, "Q8_0", "float32", d=64 * h, h=h, h_kv=h_kv)
-    K, V = (rng.standard_normal((7, h_kv, 40, 64)).astype(np.float32) for _ in range(2))
+    K, V = (rng.standard_normal((7, h_kv, 40, 64)).astype(kv) for _ in range(2))
     K0, V0 = K.copy(), V.copy()
     X = rng.standard_normal((5, d)).astype(np.float32)
     X0 = X.copy()
@@ -184,17 +186,20 @@ def test_layer_step_rows_attends_long_caches_a_group_at_a_time(on_backend, rng, 
         silkattn.ops.layer_step_rows(silkattn.ops.layer_step_record(cache=(K0[0], V0[0]), **record), X0,
                                      positions, K0, V0, pages)
     for a, b in ((X, X0), (K, K0), (V, V0)):
-        assert_close(a, b.astype(np.float64), np.float32, TOL)
+        assert_close(a.astype(np.float32), b.astype(np.float64), np.float32,
+                     TOL if kv == "float32" else TOL_F16_CACHE)
 
 
+@pytest.mark.parametrize("kv", ["float32", "float16"])
 @pytest.mark.parametrize("h, h_kv", [(3, 3), (6, 2), (9, 3), (5, 1), (7, 1)])
-def test_layer_step_attends_long_caches_a_group_at_a_time(on_backend, threads, rng, h, h_kv):
+def test_layer_step_attends_long_caches_a_group_at_a_time(on_backend, threads, rng, h, h_kv, kv):
     """The one-row step: each thread's run of query heads cut where the K/V head changes (on two
     threads 9 / 3 heads split inside the second group, 7 / 1 as 3 + 4), a run's heads of one group
-    in one pass, over caches of 17 to 40 keys: the row and the cache against the numpy backend's."""
+    in one pass, over caches of 17 to 40 keys (float32 or float16): the row and the cache against
+    the numpy backend's."""
     record, _, d = llama_layer(rng, "Q8_0", "float32", d=64 * h, h=h, h_kv=h_kv)
     for pos in (39, 17, 33):
-        K, V = (rng.standard_normal((h_kv, 40, 64)).astype(np.float32) for _ in range(2))
+        K, V = (rng.standard_normal((h_kv, 40, 64)).astype(kv) for _ in range(2))
         K0, V0 = K.copy(), V.copy()
         x = rng.standard_normal(d).astype(np.float32)
         x0 = x.copy()
@@ -202,7 +207,8 @@ def test_layer_step_attends_long_caches_a_group_at_a_time(on_backend, threads, r
         with silkattn.use_backend("numpy"):
             silkattn.ops.layer_step(silkattn.ops.layer_step_record(cache=(K0, V0), **record), x0, pos)
         for a, b in ((x, x0), (K, K0), (V, V0)):
-            assert_close(a, b.astype(np.float64), np.float32, TOL)
+            assert_close(a.astype(np.float32), b.astype(np.float64), np.float32,
+                         TOL if kv == "float32" else TOL_F16_CACHE)
 
 
 F16_CASES = ["listing pre-norm", "listing post-norm cross", "llama Q8_0", "llama Q4_1 int8",
