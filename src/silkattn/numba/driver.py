@@ -333,8 +333,7 @@ def layer_step_rows(steps, X, ats, Ks, Vs, coss, sins, num_threads):
         t = step.prepared.get("numba")
         if t is None:
             t = step.prepared["numba"] = _step_record(step)
-        K, V = _kv_bits(K), _kv_bits(V)
-        pools = (K, V, _read_only(K), _read_only(V))
+        pools = _kv_views(K, V)
         rotary = _read_only(cos), _read_only(sin)
         _layer_step.layer_step_rows(t, X, _read_only(at), pools, *rotary, work, nthreads)
 
@@ -350,19 +349,28 @@ def _step_record(s):
         return ro(P.w), ro(P.b), int(P.kind), int(P.k), int(P.n)
 
     S = s.scratch
-    K, V = _kv_bits(s.K.reshape(-1)), _kv_bits(s.V.reshape(-1))
+    half = s.K.dtype == np.float16  # room for its rows widened: the most a step reads
+    Kw, Vw = (np.empty(s.h_kv * s.capacity * s.dh if half else 0, np.float32) for _ in range(2))
     parts_n = max([P.n for P in s.products if P.kind == DENSE] + [0])
     return (s.d, s.h, s.h_kv, s.dh, float(s.eps), s.post_norm, int(s.gate), s.q8, s.has_cross,
             norm(s.norm1), tuple(map(product, s.qkv)), product(s.o), norm(s.norm2), tuple(map(product, s.up)),
             product(s.down), norm(s.norm_cross), product(s.cross_q), product(s.cross_o),
-            (K, V, ro(K), ro(V), s.head_stride, s.row_stride),
+            (_kv_views(s.K.reshape(-1), s.V.reshape(-1)), (Kw, Vw, ro(Kw), ro(Vw)), s.head_stride,
+             s.row_stride),
             (ro(s.Km.reshape(-1)), ro(s.Vm.reshape(-1)), ro(s.keep), len(s.Km)), ro(s.cos), ro(s.sin),
             (S.qkv, S.a, ro(S.a), S.hn, ro(S.hn), S.f, ro(S.f), S.scores), parts_n, norm(s.q_norm),
             norm(s.k_norm), norm(s.post1), norm(s.post2), float(s.scale))
 
 
-def _kv_bits(a):  # a float16 cache as its uint16 bits (Numba has no float16 on the CPU), else a itself
-    return a.view(np.uint16) if a.dtype == np.float16 else a
+def _kv_views(K, V):  # -> layer_step.Cache's kv of the flat K and V: float32 or float16 (its bits)
+    if K.dtype == np.float16:
+        Kh, Vh = K.view(np.uint16), V.view(np.uint16)
+        return (_NO_F32, _NO_F32, _read_only(_NO_F32), _read_only(_NO_F32), Kh, Vh, _read_only(Kh),
+                _read_only(Vh))
+    return K, V, _read_only(K), _read_only(V), _NO_U16, _NO_U16, _read_only(_NO_U16), _read_only(_NO_U16)
+
+
+_NO_F32, _NO_U16 = np.empty(0, np.float32), np.empty(0, np.uint16)
 
 
 _F32, _U8 = np.dtype(np.float32), np.dtype(np.uint8)

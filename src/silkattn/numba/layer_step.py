@@ -55,13 +55,16 @@ from .silu_mul import _gate as _gate_register
 # A product: w (float32 (k, n), or the blocks (n, bytes) of `kind`), b (empty: none), its sizes;
 # qkv and up: a tuple of 1 to 3 (2) such products, their outputs side by side, left as plain tuples
 # (a part is named where it is multiplied), as is cross_q (a part of one).
-# The cache: K and V flat, writable and read-only (the attention reads the latter, as it reads
-# the memory: one compiled _attend), head g's row t at g head_stride + t row_stride. The memory
+# The cache: kv, its K and V flat (head g's row t at g head_stride + t row_stride) as (K, V, Kr, Vr,
+# Kh, Vh, Khr, Vhr): a float32 cache's K and V, writable and read-only (the attention reads the
+# latter, as it reads the memory: one compiled _attend), or a float16 cache's uint16 bits (Kh, ...);
+# the other dtype's four empty, so that both kinds of cache have one type (one compiled step). wide:
+# (Kw, Vw, Kwr, Vwr), float32 room for a float16 cache's rows widened (empty for float32). The memory
 # (cross-attention): its keys, values and keep mask. The scratch: the step's buffers, read-only
 # views of those the products read. parts_n: the widest dense product's n (its partial results).
 Norm = namedtuple("Norm", ["g", "b"])
 Product = namedtuple("Product", ["w", "b", "kind", "k", "n"])
-Cache = namedtuple("Cache", ["K", "V", "Kr", "Vr", "head_stride", "row_stride"])
+Cache = namedtuple("Cache", ["kv", "wide", "head_stride", "row_stride"])
 Memory = namedtuple("Memory", ["K", "V", "keep", "n"])
 Scratch = namedtuple("Scratch", ["qkv", "a", "ar", "hn", "hnr", "f", "fr", "scores"])
 Step = namedtuple("Step", ["d", "h", "h_kv", "dh", "eps", "post_norm", "gate", "q8", "has_cross",
@@ -507,11 +510,13 @@ def _out(L, Wo, xin, xr, x, rx, post, y, yes, no, parts, nthreads):
 
 
 @jit(cache=CACHE, fastmath=FASTMATH)
-def _heads_at(L, qkv, K, V, at, cos, sin, i):
+def _heads_at(L, qkv, kv, at, cos, sin, i):
     """A token's Q and K heads in qkv normed (QK-norm: an RMSNorm a head) and turned (rotary: row i
     of the tables cos, sin; none where they are empty), its K and V heads written to the cache row
-    whose head 0 starts at element `at` of K and V. Both steps' (layer_step's, layer_step_rows')."""
+    whose head 0 starts at element `at` of kv's K and V (a float16 cache's: rounded to its bits).
+    Both steps' (layer_step's, layer_step_rows')."""
     h, h_kv, dh = L.h, L.h_kv, L.dh
+    K, V, _, _, Kh, Vh, _, _ = kv
     if L.q_norm.g.size:
         for u in range(h + h_kv):
             head = qkv[u * dh:(u + 1) * dh]
@@ -519,15 +524,21 @@ def _heads_at(L, qkv, K, V, at, cos, sin, i):
     if cos.size:
         _rope(qkv, h + h_kv, dh, cos[i], sin[i])
     for g in range(h_kv):
+        kb, vb = (h + g) * dh, (h + h_kv + g) * dh
         o = at + g * L.cache.head_stride
-        _kv_put(K, o, qkv, (h + g) * dh, dh)
-        _kv_put(V, o, qkv, (h + h_kv + g) * dh, dh)
+        if Kh.size:
+            _round_half(qkv, kb, Kh, o, dh)
+            _round_half(qkv, vb, Vh, o, dh)
+        else:
+            for j in range(dh):
+                K[o + j] = qkv[kb + j]
+                V[o + j] = qkv[vb + j]
 
 
-# ---- A float16 cache (half the bytes): the pools and the cache as their uint16 bits (Numba has no
-# float16 on the CPU), each row rounded to nearest even as it is written (numpy's astype(float16),
-# F16C's vcvtps2ph: kernels/quant_ext.h's sa_f16_round, the same integer operations) and widened
-# exactly into float32 rows before the attention reads them (_kv_rows).
+# ---- A float16 cache (half the bytes), as its uint16 bits (Numba has no float16 on the CPU): each
+# row rounded to nearest even as it is written (numpy's astype(float16), F16C's vcvtps2ph:
+# kernels/quant_ext.h's sa_f16_round, the same integer operations) and widened exactly into float32
+# rows before the attention reads them (_cache_rows).
 
 @jit(cache=CACHE)
 def _round_half(x, xo, C, at, n):
@@ -567,53 +578,20 @@ def _widen_half(C, at, out, oo, n):
             out[oo + j] = -v if b & 0x8000 else v
 
 
-def _kv_put(C, at, x, xo, n):
-    """C[at : at + n] = x[xo : xo + n]: a float32 cache's row, or rounded to a float16 one's bits."""
-    if C.dtype == np.uint16:
-        _round_half(x, xo, C, at, n)
-    else:
-        C[at:at + n] = x[xo:xo + n]
-
-
-@overload(_kv_put)
-def _kv_put_typed(C, at, x, xo, n):
-    if C.dtype == types.uint16:
-        def half(C, at, x, xo, n):
-            _round_half(x, xo, C, at, n)
-        return half
-
-    def same(C, at, x, xo, n):
-        for j in range(n):
-            C[at + j] = x[xo + j]
-    return same
-
-
-def _kv_rows(K, V, first, geom):  # -> (kf, vf), geom: what _attend reads of the cache's rows
-    """The n rows of each K/V head from element `first` (geom: _attend's): a float32 cache's own
-    (K[first:], V[first:]), a float16 one's widened into new float32 arrays, heads n dh apart."""
-    if K.dtype != np.uint16:
-        return (K[first:], V[first:]), geom
-    return _widen_heads(K, V, first, geom)
-
-
 @jit(cache=CACHE)
-def _widen_heads(K, V, first, geom):
+def _cache_rows(kv, wide, first, geom):  # -> (kf, vf), geom: what _attend reads of the cache's rows
+    """The n rows of each K/V head from element `first` of kv's K and V (geom: _attend's): a
+    float32 cache's own, read-only; a float16 one's widened into wide's room, heads n dh apart."""
+    _, _, Kr, Vr, _, _, Khr, Vhr = kv
+    Kw, Vw, Kwr, Vwr = wide
     head_stride, ld, dh, n, h, group = geom
-    kf, vf = np.empty((h // group) * n * dh, np.float32), np.empty((h // group) * n * dh, np.float32)
+    if not Khr.size:
+        return (Kr[first:], Vr[first:]), geom
     for g in range(h // group):
         for t in range(n):
-            _widen_half(K, first + g * head_stride + t * ld, kf, (g * n + t) * dh, dh)
-            _widen_half(V, first + g * head_stride + t * ld, vf, (g * n + t) * dh, dh)
-    return (kf, vf), (n * dh, dh, dh, n, h, group)
-
-
-# Not inline="always" (nor _kv_put's): inlined into layer_step_rows' loop over the rows, Numba 0.68
-# compiled a step whose rows came out wrong (NaN), each row alone too; called, they are right.
-@overload(_kv_rows)
-def _kv_rows_typed(K, V, first, geom):
-    if K.dtype == types.uint16:
-        return lambda K, V, first, geom: _widen_heads(K, V, first, geom)
-    return lambda K, V, first, geom: ((K[first:], V[first:]), geom)
+            _widen_half(Khr, first + g * head_stride + t * ld, Kw, (g * n + t) * dh, dh)
+            _widen_half(Vhr, first + g * head_stride + t * ld, Vw, (g * n + t) * dh, dh)
+    return (Kwr[0:], Vwr[0:]), (n * dh, dh, dh, n, h, group)
 
 
 @jit(cache=CACHE, fastmath=FASTMATH)
@@ -640,9 +618,9 @@ def _attention_sublayer(L, N, Wq, Wo, x, xr, pos, keys, cross, buf, parts, nthre
     else:
         C = L.cache
         row, key0, nkeys = keys
-        _heads_at(L, S.qkv, C.K, C.V, row * C.row_stride, L.cos, L.sin, pos)
+        _heads_at(L, S.qkv, C.kv, row * C.row_stride, L.cos, L.sin, pos)
         geom = (C.head_stride, C.row_stride, dh, nkeys, h, h // h_kv)
-        kv, geom = _kv_rows(C.Kr, C.Vr, key0 * C.row_stride, geom)
+        kv, geom = _cache_rows(C.kv, C.wide, key0 * C.row_stride, geom)
         _attend(S.qkv, kv, geom, L.memory.keep, no, S.scores, S.a, scale, nthreads)
         _out(L, Wo, S.a, S.ar, x, xr, L.post1, S.hn, yes, no, parts, nthreads)
     if L.post_norm:
@@ -757,14 +735,14 @@ def _rows_norm(L, N, X, out):
 @jit(cache=CACHE, fastmath=FASTMATH)
 def layer_step_rows(t, X, at, pools, cos, sin, work, nthreads):
     """The m rows of X (m, d) in place through the layer of record t (layer_step's), row r a token
-    whose cache is in the pools (K, V, flat, and their read-only views) from element at[r, 3], its
+    whose cache is in the pools (as Cache's kv: K, V flat, their read-only views, and a float16
+    pool's bits, the other dtype's empty) from element at[r, 3], its
     K and V written at cache row at[r, 0], its query over the at[r, 2] rows from at[r, 1]; cos, sin
     (m, dh / 2) the rows' rotary rows (empty: none); work: the rows' buffers (driver.layer_step_rows:
     the products' inputs with read-only views, as the one-row step's scratch). Trusted:
     silkattn._api checked the record, the rows and the pools' range."""
     L = _named(t)
     S, C = L.scratch, L.cache
-    K, V, KR, VR = pools
     Hn, HnR, A, AR, G, GR, QKV, F, Y = work
     h, h_kv, dh, dff = L.h, L.h_kv, L.dh, L.down.k
     nq = QKV.shape[1]
@@ -775,9 +753,9 @@ def layer_step_rows(t, X, at, pools, cos, sin, work, nthreads):
     for r in range(X.shape[0]):
         row, key0, nkeys, base = at[r, 0], at[r, 1], at[r, 2], at[r, 3]
         S.qkv[:nq] = QKV[r]
-        _heads_at(L, S.qkv, K, V, base + row * C.row_stride, cos, sin, r)
+        _heads_at(L, S.qkv, pools, base + row * C.row_stride, cos, sin, r)
         geom = (C.head_stride, C.row_stride, dh, nkeys, h, h // h_kv)
-        kv, geom = _kv_rows(KR, VR, base + key0 * C.row_stride, geom)
+        kv, geom = _cache_rows(pools, C.wide, base + key0 * C.row_stride, geom)
         _attend(S.qkv, kv, geom, L.memory.keep, no, S.scores, S.a, scale, nthreads)
         A[r] = S.a[:h * dh]
     _rows_blocks(L.o, AR, L.o.b, no, Y, L.q8, nthreads)
