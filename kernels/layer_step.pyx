@@ -224,9 +224,10 @@ def layer_step_rows(steps, cnp.ndarray x, ats, Ks, Vs, coss, sins, int num_threa
     through the records `steps` in turn (Llama-family layers of block products, checked by the
     caller), one parallel region for them all: for layer l, row r is a token whose cache is the
     h_kv * head_stride elements of Ks[l] and Vs[l] (flat pools of caches laid out as the record's,
-    of its cache's dtype: float32 or float16) from ats[l][r, 3], its K and V written at cache row ats[l][r, 0], its query over the
-    ats[l][r, 2] rows from ats[l][r, 1]; coss[l], sins[l] (m, dh / 2) each row's rotary row (empty:
-    none). What keeps the C code within its arrays is checked here."""
+    of its cache's dtype: float32 or float16) from ats[l][r, 3], its K and V written at cache row
+    ats[l][r, 0], its query over the ats[l][r, 2] rows from ats[l][r, 1]; coss[l], sins[l] (m,
+    dh / 2) each row's rotary row (empty: none). What keeps the C code within its arrays is checked
+    here."""
     cdef Py_ssize_t n = len(steps), m, r, l, kmax = 1, floats = 0, nbp, d
     cdef int kv
     cdef _Layer p

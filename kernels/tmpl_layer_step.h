@@ -1,5 +1,6 @@
 /* The pieces of a decoder layer's step for one token that the other templates lack: attention of one
- * query row over cached keys, and the sum of a float32 product's partial results. Template:
+ * query row over cached keys (tmpl_decode.h, over a float32 or a float16 cache, and the float16
+ * rows' conversions), and the sum of a float32 product's partial results. Template:
  * see instances.h; float only, as linear_q. The step's other stages are those templates' row
  * kernels (rms_norm, layer_norm, silu_mul, linear_q, rope), instantiated here too so that one call
  * runs them all (layer_step.h). */

@@ -207,7 +207,7 @@ def test_prompts_sharing_prefixes_are_generate_one_at_a_time(files, name, on_bac
 
 
 @pytest.mark.parametrize("name", ["llama-Q4_1", "gemma3-window-Q8_0", "mqa-F16"])
-def test_a_float16_cache_batch_is_generate_one_at_a_time(files, name, on_backend, threads):
+def test_a_float16_cache_batch_is_generate_one_at_a_time(files, name, on_backend):
     """kv_dtype="float16" (half the cache's bytes): generate_batch over pages of 4 (the paged step,
     its pages widened), of 64 (the fused step of rows), one at a time (the fused step) and with
     shared prefixes writes generate's tokens, each sequence over a float16 cache of its own."""

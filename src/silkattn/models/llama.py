@@ -18,7 +18,8 @@ norm, gate/up, SwiGLU, down projection and residual) reading each block once, ea
 generation, the family's options (QK-norm, sandwich norms, GeGLU, a window over a ring cache)
 and matrices whose parts differ in type included; the same step as separate ops (Llama._run, the
 readable path and the fused one's oracle) runs where a matrix is float32. The KV cache holds only
-the K/V heads (grouped-query attention).
+the K/V heads (grouped-query attention), in float32, or with load(..., kv_dtype="float16") in
+float16 (half the bytes, each key and value rounded as it is written, as llama.cpp's cache).
 """
 import dataclasses
 import importlib.util
