@@ -224,6 +224,17 @@ def _llama_steps(pkg, activations, positions):
     return np.stack(out)
 
 
+def _llama_prefill(pkg, activations, n):
+    """SmolLM2's prefill of an n-token prompt (generate's: the GEMMs over its rows): the logits of its
+    last position and every layer's cache rows."""
+    model = _memo(pkg, ("smollm2", activations), lambda: importlib.import_module(
+        f"{pkg.__name__}.models.llama").load(activations=activations))
+    ids = np.arange(1, n + 1) * 37 % model.config.vocab
+    cache = model.cache(n)
+    logits = model._run(ids, cache, 0)[-1]
+    return np.concatenate([logits.ravel()] + [np.asarray(a, np.float32).ravel() for a in cache])
+
+
 def _llama_batch(pkg, activations, steps):
     """SmolLM2 decoding 8 sequences together (models.batch: the fused step of rows) for `steps`
     steps after their prompts: the pool of keys and values every layer wrote, and the tokens."""
@@ -263,6 +274,8 @@ def model_cases():
                               lambda p, act=act: _llama_steps(p, act, 8)))
                 cases.append((f"SmolLM2 {act} 8 sequences x 24 steps, rows", be,
                               lambda p, act=act: _llama_batch(p, act, 24)))
+                cases.append((f"SmolLM2 {act} prefill of 256 tokens", be,
+                              lambda p, act=act: _llama_prefill(p, act, 256)))
         cases.append(("decoder N=6 d=512 12 greedy steps", be, lambda p: _decoder_steps(p, 12)))
     return cases
 

@@ -8,6 +8,9 @@ import silkattn
 from silkattn._backends import MODULES
 from silkattn._testing import TOL, assert_close  # noqa: F401  (one tolerance table, shared with bench/)
 
+# the tests marked `blas` run under every OpenBLAS setting, in child pytests (tests/blas_settings.py)
+from blas_settings import pytest_configure, pytest_pyfunc_call, pytest_runtest_logreport  # noqa: F401
+
 DTYPES = [np.float32, np.float64]
 COMPILED = [name for name in MODULES if name != "numpy"]
 

@@ -1,7 +1,9 @@
 """silkattn.set_num_threads(n) governs every thread of silkattn's calls: numpy's BLAS runs n threads
 inside them (silkattn._blas) and the user's setting outside; where numpy's BLAS is OpenBLAS, the
 GEMMs run on silkattn's own team (Kernels.gemm, gemm_q: the library's sgemm a panel a thread),
-with the numbers numpy's matmul gives. (The speed of it is measured in bench/threads.py.)"""
+within the tolerance table of the exact product under every OpenBLAS setting (not numpy's matmul's
+bits: with OpenBLAS's Haswell kernel a column's sums depend on the panel around it). (The speed of it
+is measured in bench/threads.py.)"""
 import threading
 
 import numpy as np
@@ -10,6 +12,8 @@ import pytest
 import silkattn
 from silkattn import _blas
 from silkattn.quant import QuantizedMatrix
+
+from conftest import assert_close, f64
 
 blas = _blas.controls()
 needs_blas = pytest.mark.skipif(not blas, reason="no BLAS with a thread count silkattn can set")
@@ -83,28 +87,31 @@ TEAM = _team_backends()
 team = pytest.mark.parametrize("be", TEAM, ids=[m.__name__.rsplit(".", 1)[-1] for m in TEAM])
 
 
+@pytest.mark.blas
 @team
 @pytest.mark.parametrize("m, k, n", [(9, 64, 64), (40, 200, 1000), (300, 576, 960), (17, 33, 7),
                                      (256, 96, 130)])
 @pytest.mark.parametrize("order", ["C", "F"])
-def test_the_team_gemm_is_numpys_matmul_to_the_bit(be, threads, rng, m, k, n, order):
+def test_the_team_gemm_is_the_product_within_the_tolerance_table(be, threads, rng, m, k, n, order):
     X = rng.standard_normal((m, k)).astype(np.float32)
-    W = rng.standard_normal((k, n)).astype(np.float32)
+    W = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
     W = np.asfortranarray(W) if order == "F" else W
-    assert np.array_equal(be.linear(X, W), X @ W)
+    assert_close(be.linear(X, W), np.matmul(*f64(X, W)), np.float32)
 
 
+@pytest.mark.blas
 @team
 @pytest.mark.parametrize("kind", ["Q8_0", "Q4_0", "Q4_1"])
 @pytest.mark.parametrize("m, k, n", [(33, 64, 64), (256, 576, 960), (40, 1536, 300)])
-def test_the_team_gemm_of_blocks_is_the_dequantized_product_to_the_bit(be, threads, rng, kind, m, k, n):
+def test_the_team_gemm_of_blocks_is_the_dequantized_product_within_the_tolerance_table(be, threads, rng, kind,
+                                                                                      m, k, n):
     size = {"Q8_0": 34, "Q4_0": 18, "Q4_1": 20}[kind]
     blocks = rng.integers(0, 256, (n, k // 32, size), dtype=np.uint8)
     blocks[:, :, :2 if kind != "Q4_1" else 4] = np.frombuffer(np.float16(0.01).tobytes() * 2, np.uint8)[
         :2 if kind != "Q4_1" else 4]
     W = QuantizedMatrix(kind, blocks.reshape(n, -1))
-    X = rng.standard_normal((m, k)).astype(np.float32)
-    assert np.array_equal(be.linear(X, W), X @ W.dequantize())
+    X = (rng.standard_normal((m, k)) / np.sqrt(k)).astype(np.float32)  # products of order 1
+    assert_close(be.linear(X, W), np.matmul(*f64(X, W.dequantize())), np.float32)
 
 
 @team

@@ -243,7 +243,8 @@ def few_rows(kernels, W):  # -> int
     """The most rows of X that linear(X, W) multiplies in W's few-row kernels where past them a GEMM
     sums a row otherwise (in the last bits); 0 where the two sum alike: int8 Q4_1 rows through the
     AVX-512 VNNI copy (its integer GEMM adds Q4_1's offsets as the row kernels do; not Q8_0's or
-    Q4_0's; a float32 GEMM is the BLAS's, its own order)."""
+    Q4_0's; a float32 GEMM is the BLAS's, its own order, which may depend on the call's other rows
+    too: OpenBLAS's Haswell kernel)."""
     if isinstance(W, QuantizedMatrix):
         if W.q8 and W.kind == "Q4_1" and kernels.gemm_q8 is not None and kernels.pack_rows16 is not None:
             return 0

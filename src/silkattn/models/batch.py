@@ -14,11 +14,13 @@ first tokens (Llama._prefill_batch: packed end to end, one pass over the weights
 PREFILL_ROWS rows, each prompt's keys and values written straight to its pages; a prompt short
 enough that generate multiplies its rows in the few-row kernels is packed only with such prompts,
 up to that many rows in all, so that its products sum as generate's do, where a GEMM would sum
-them otherwise: _api.few_rows). A joining prompt that begins as a running sequence's prompt, an
-ended one's (its pages kept: KVPool.give, take) or an earlier one of its prefill (a chat template's
-system prompt) copies the keys and values of their common positions and multiplies only its other
-rows (shares: where those are the same bits its own rows would give, Llama._shareable); then every
-sequence already running writes one token, all of them in one pass over the weights
+them otherwise: _api.few_rows; a float32 GEMM is the BLAS's, whose sums for a row may depend on the
+rows packed with it: docs/serving.md says which promises hold to the bit). A joining prompt that
+begins as a running sequence's prompt, an ended one's (its pages kept: KVPool.give, take) or an
+earlier one of its prefill (a chat template's system prompt) copies the keys and values of their
+common positions and multiplies only its other rows (shares: where those are the bits its own
+rows would give, Llama._shareable, or, where the BLAS multiplies them, within its rounding); then
+every sequence already running writes one token, all of them in one pass over the weights
 (Llama._run_batch: the few-rows kernels or the GEMM over B rows, the attention of each over its own
 pages). Where every running sequence fits in one page (its prompt and all its new tokens), the step
 is the model's fused one instead, a page being laid out as a sequence's own cache: alone, the
@@ -27,7 +29,9 @@ ops.layer_step_rows: one call for all the layers and rows). A sequence leaves wh
 (unless ignore_eos) or its max_new_tokens, or when it is cancelled, and its pages go back to the
 pool at once (its prompt's kept, free, until a sequence needs them). Each sequence samples with
 its own settings and seed (reference.next_token, as
-Llama.generate does), so each one's tokens are those that generate gives it alone.
+Llama.generate does), so each one's tokens are those that generate gives it alone (where the
+BLAS's sums part from generate's in the last bits, so long as no two of a step's logits are
+closer than that).
 """
 import dataclasses
 import time
@@ -58,7 +62,8 @@ def shares(prompts, few=None, most=None, prior=()):  # -> [None or (a, p)] for L
     prompts, a < len(prior)) or an earlier prompt of the same prefill (a - len(prior)): (a, p), its
     first p positions that sequence's (a chat template's system prompt, a corpus's instructions).
     most(n): the most positions a prompt of n positions may share (Llama._shareable: where its
-    rows are computed as in any other such prompt, to the bit), by default all but its last, whose
+    rows are computed as in any other such prompt: to the bit where silkattn's kernels multiply
+    them, within the BLAS's rounding where its GEMM does), by default all but its last, whose
     logits it needs; a sequence that may share none is no one's source either. few: where the
     prompts are longer than _api.few_rows and so multiplied by a GEMM, the last ones share less so
     that more than `few` rows are left to multiply (the few-row kernels would take fewer, summing

@@ -300,9 +300,12 @@ class Llama:
         logits after each prompt. shared: for each prompt None or (a, p) (batch.shares): its first p
         positions are those of sequence a (prior[a], the page table of a sequence prefilled before,
         for a < len(prior), else prompt a - len(prior), an earlier one), whose keys and values it
-        copies instead of multiplying its rows. They are the same to the bit (a row's products and,
-        where _shareable allows, its attention do not depend on the other rows of the call), and
-        its own rows attend over them as they would alone."""
+        copies instead of multiplying its rows. They are the same to the bit where silkattn's own
+        kernels multiply the rows (int8 activations; float32 rows up to _api.few_rows): a row's
+        products and, where _shareable allows, its attention do not depend on the other rows of the
+        call. A float32 GEMM past those rows is the BLAS's, whose row sums may (OpenBLAS's Haswell
+        kernel): there they are within the tolerance table. Its own rows attend over them as they
+        would alone."""
         c, P = self.config, pool.page_keys
         lens = np.array([len(p) for p in prompts])
         cu = np.concatenate([[0], np.cumsum(lens)])

@@ -168,7 +168,8 @@ def _share(n, nthreads):
 def gemm(x, w, out, transposed, sgemm, ilp64, nthreads):
     """out = x w (w: (k, n)) or x w^T (transposed; w: (n, k)), float32, C-contiguous, for many rows
     of x (m, k): each of the threads one call of the BLAS's sgemm (at address sgemm) on its panel
-    of out's columns (kernels/linear.pyx's gemm: the same panels, the same numbers)."""
+    of out's columns (kernels/linear.pyx's gemm: the same panels, so the same numbers as it at the same
+thread count; against numpy's whole matmul, within the tolerance table: docs/kernels.md)."""
     m, k = x.shape
     n = out.shape[1]
     T, share = _share(n, nthreads)
