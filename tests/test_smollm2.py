@@ -93,7 +93,9 @@ def test_the_reference_matches_transformers(model):
 def test_greedy_64_tokens_equal_transformers(model, i, on_backend):
     case = FIXTURE["greedy"][i]
     assert model.tokenize(case["prompt"]) == case["prompt_ids"]
-    assert model.generate(case["prompt_ids"], len(case["new_ids"]), ignore_eos=True) == case["new_ids"]
+    # the numpy backend (numpy's matmul over the float32 weights: half a minute for 64 tokens) its first 16
+    n = 16 if on_backend == "numpy" else len(case["new_ids"])
+    assert model.generate(case["prompt_ids"], n, ignore_eos=True) == case["new_ids"][:n]
 
 
 def test_the_chat_answer_is_paris(model):
