@@ -26,6 +26,9 @@ import time
 
 import numpy as np
 
+from silkattn.models.llama import ACTIVATIONS as DEFAULT_ACTIVATIONS  # load()'s defaults: a path alone
+from silkattn.models.llama import KV_DTYPE as DEFAULT_KV_DTYPE
+
 PROMPT, NEW = 256, 128
 
 
@@ -148,10 +151,10 @@ def main():
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--rounds", type=int, default=1, help="rounds of the two processes, ratios' medians")
     p.add_argument("--python", default=sys.executable, help="a python with llama_cpp (for llama.cpp)")
-    p.add_argument("--activations", default="float32", choices=["float32", "int8"],
+    p.add_argument("--activations", default=DEFAULT_ACTIVATIONS, choices=["auto", "int8", "float32"],
                    help="silkattn's load(activations=...): int8 rounds each product's rows as llama.cpp does")
     p.add_argument("--prompt-tokens", type=int, default=PROMPT, help="the prompt's first N tokens")
-    p.add_argument("--kv-dtype", default="float32", choices=["float32", "float16"],
+    p.add_argument("--kv-dtype", default=DEFAULT_KV_DTYPE, choices=["float16", "float32"],
                    help="silkattn's KV cache (llama.cpp's is float16)")
     p.add_argument("--child")
     p.add_argument("--threads-one", type=int)

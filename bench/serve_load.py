@@ -21,6 +21,9 @@ import time
 
 import numpy as np
 
+from silkattn.models.llama import ACTIVATIONS as DEFAULT_ACTIVATIONS  # load()'s defaults: a path alone
+from silkattn.models.llama import KV_DTYPE as DEFAULT_KV_DTYPE
+
 TIMEOUT = 600
 QUESTIONS = ["What is the capital of France?", "Write a haiku about the sea.", "Explain what a GPU is.",
              "Name three prime numbers.", "How do plants make food?", "What is 12 times 12?",
@@ -69,8 +72,9 @@ def main():
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--max-batch", type=int, default=16)
-    p.add_argument("--activations", choices=("float32", "int8"), default="float32")
-    p.add_argument("--kv-dtype", choices=("float32", "float16"), default="float32", help="its KV cache")
+    p.add_argument("--activations", default=DEFAULT_ACTIVATIONS, choices=["auto", "int8", "float32"])
+    p.add_argument("--kv-dtype", default=DEFAULT_KV_DTYPE, choices=["float16", "float32"],
+                   help="its KV cache")
     args = p.parse_args()
     path = args.model or default_path()
     print(cpu_line())

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from silkattn import _api
-from silkattn._testing import TOL_MODEL
+from silkattn._testing import EXACT, TOL_MODEL
 from silkattn.models import batch, llama
 
 import llama_files
@@ -38,7 +38,7 @@ def files(tmp_path_factory):
 @pytest.mark.parametrize("name", ["llama-Q4_1", "mqa-F16", "qwen2-Q8_0", "gemma3-window-Q8_0"])
 def test_batch_greedy_is_generate_one_at_a_time(files, name, on_backend, threads):
     """Fewer slots than prompts, small pages, lengths of their own: sequences join as others leave."""
-    model = llama.load(files[name])
+    model = llama.load(files[name], **EXACT)
     new = [20, 7, 33, 1, 12, 25]
     alone = [model.generate(p, n, ignore_eos=True) for p, n in zip(PROMPTS, new)]
     together = model.generate_batch(PROMPTS, new, ignore_eos=True, max_batch=4, page_keys=4)
@@ -53,7 +53,7 @@ def test_a_lone_sequence_takes_the_fused_step(files, name, activations, on_backe
     """One sequence at a time whose positions fit in a page: its steps are the model's fused step
     over the page (what generate runs; int8 too, so its tokens are generate's), where the model has
     one (its matrices blocks: not the F16 file), and its pages come back for the next."""
-    model = llama.load(files[name], activations=activations)
+    model = llama.load(files[name], activations=activations, kv_dtype="float32")
     new = [20, 7, 33, 1, 12, 25]
     alone = [model.generate(p, n, ignore_eos=True) for p, n in zip(PROMPTS, new)]
     fused, step = [], model._step
@@ -72,7 +72,7 @@ def test_sequences_within_a_page_each_take_the_fused_step_of_rows(files, name, o
     """Pages that hold each sequence whole: the running ones advance through ops.layer_step_rows
     (one call a layer for all of them) where the model has a fused step, token for token what
     generate gives each alone."""
-    model = llama.load(files[name])
+    model = llama.load(files[name], **EXACT)
     new = [20, 7, 33, 1, 12, 25]
     alone = [model.generate(p, n, ignore_eos=True) for p, n in zip(PROMPTS, new)]
     rows, step_rows = [], model._step_rows
@@ -85,7 +85,7 @@ def test_batch_of_int8_activations_follows_the_model(files, on_backend):
     """int8 activations: rounding x to 8 bits turns the last-bit differences of two summation orders
     into steps of d_x w (here up to 0.04 in a logit), so tokens are not compared across paths; each
     step's logits are the forward pass's over the same ids (the GEMM path), within that."""
-    model = llama.load(files["llama-Q4_1"], activations="int8")
+    model = llama.load(files["llama-Q4_1"], activations="int8", kv_dtype="float32")
     logits = _step_logits(batch.Batch(model, max_batch=4, cache_tokens=256, page_keys=16), PROMPTS, 12)
     for s in logits:
         expected = model.forward(list(s.ids) + s.new[:-1])[len(s.ids) - 1:]
@@ -219,7 +219,7 @@ def _assert_generate_s(steps, lone, n, activations):
 @pytest.mark.parametrize("name", ["llama-Q4_1", "mqa-F16", "gemma3-window-48-Q8_0"])
 def test_prompts_sharing_prefixes_are_generate_one_at_a_time(files, name, on_backend, threads):
     """Every backend: prompts that share prefixes, prefilled together, write generate's tokens."""
-    model = llama.load(files[name])
+    model = llama.load(files[name], **EXACT)
     prompts = _sharing_prompts(np.random.default_rng(8), model.config.vocab)
     alone = [model.generate(p, 8, ignore_eos=True) for p in prompts]
     assert model.generate_batch(prompts, 8, ignore_eos=True, max_batch=16) == alone
@@ -234,7 +234,7 @@ def test_a_float16_cache_batch_is_generate_one_at_a_time(files, name, on_backend
     """kv_dtype="float16" (half the cache's bytes): generate_batch over pages of 4 (the paged step,
     its pages widened), of 64 (the fused step of rows), one at a time (the fused step) and with
     shared prefixes writes generate's tokens, each sequence over a float16 cache of its own."""
-    model = llama.load(files[name], kv_dtype="float16")
+    model = llama.load(files[name], kv_dtype="float16", activations="float32")
     assert model.kv_dtype == np.float16 and model.cache(10)[0].dtype == np.float16
     new = [20, 7, 33, 1, 12, 25]
     alone = [model.generate(p, n, ignore_eos=True) for p, n in zip(PROMPTS, new)]
@@ -278,7 +278,7 @@ def test_an_ended_prompt_s_pages_are_kept_for_prompts_that_begin_alike(files):
     """A sequence that ends leaves its prompt's pages kept with its ids (still free: counted so, and
     taken back, least recently used first, when a sequence needs them): a later prompt that begins
     alike copies their keys and writes what generate writes for it alone."""
-    model = llama.load(files["llama-Q4_1"], activations="int8")
+    model = llama.load(files["llama-Q4_1"], activations="int8", kv_dtype="float32")
     runner, rng = batch.Batch(model, max_batch=4, cache_tokens=4 * 64, page_keys=64), np.random.default_rng(3)
     base = list(rng.integers(3, model.config.vocab, 30))
     first, second = base + [1, 2], base + list(rng.integers(3, model.config.vocab, 12))
@@ -308,7 +308,7 @@ def test_an_ended_prompt_s_pages_are_kept_for_prompts_that_begin_alike(files):
 def test_a_prefill_that_fails_keeps_no_pages(files):
     """A prefill that raises part way (the server then cancels its sequences) leaves keys half
     written: their pages go back to the pool unremembered, so no later prompt copies them."""
-    model = llama.load(files["llama-Q4_1"])
+    model = llama.load(files["llama-Q4_1"], **EXACT)
     runner = batch.Batch(model, max_batch=4, cache_tokens=4 * 64, page_keys=64)
     seqs = [runner.submit(list(range(3, 40)) + [i], 4, ignore_eos=True) for i in range(2)]
 
@@ -342,7 +342,7 @@ def test_shares_finds_each_prompt_s_longest_common_prefix():
 
 
 def test_each_sequence_samples_with_its_own_settings_and_seed(files):
-    model = llama.load(files["qwen2-Q8_0"])
+    model = llama.load(files["qwen2-Q8_0"], **EXACT)
     temperature, seed = [1.5, 0.0, 0.8, 1.0, 2.0, 1.2], [7, 1, 2, 3, 3, 5]
     top_k = [None, None, 5, 2, None, 40]
     alone = [model.generate(p, 16, temperature=t, seed=s, top_k=k, ignore_eos=True)
@@ -357,7 +357,7 @@ def test_each_sequence_samples_with_its_own_settings_and_seed(files):
 def test_a_sequence_stops_at_eos_and_the_others_go_on(files):
     """EOS made a token one sequence writes early: it leaves there, as generate stops, the others
     go on to their max_new_tokens."""
-    model = llama.load(files["llama-Q4_1"])
+    model = llama.load(files["llama-Q4_1"], **EXACT)
     full = [model.generate(p, 20, ignore_eos=True) for p in PROMPTS]
     model.eos_id = full[2][3]
     alone = [model.generate(p, 20) for p in PROMPTS]
@@ -369,7 +369,7 @@ def test_sequences_wait_for_pages_and_give_them_back(files):
     """A pool of 3 pages of 8: two sequences of 2 pages never run together, the one of 1 page waits
     behind the second in line (first come, first served), then runs beside it; every page comes
     back; the waiting never changes what a sequence writes."""
-    model = llama.load(files["llama-Q4_1"])
+    model = llama.load(files["llama-Q4_1"], **EXACT)
     runner = batch.Batch(model, max_batch=8, cache_tokens=24, page_keys=8)
     assert runner.pool.pages == 3 and runner.pool.free == 3
     seqs = [runner.submit(p, 6, ignore_eos=True) for p in ([1, 2, 3, 4, 5], [6, 7, 8, 9, 10, 11], [12] * 2)]
@@ -385,7 +385,7 @@ def test_sequences_wait_for_pages_and_give_them_back(files):
 
 
 def test_cancel_frees_the_pages(files):
-    model = llama.load(files["mqa-F16"])
+    model = llama.load(files["mqa-F16"], **EXACT)
     runner = batch.Batch(model, max_batch=2, cache_tokens=64, page_keys=8)
     a, b, c = (runner.submit(p, 30, ignore_eos=True) for p in PROMPTS[:3])
     runner.step()
@@ -400,7 +400,7 @@ def test_cancel_frees_the_pages(files):
 
 
 def test_pool_sizes_and_zero_new_tokens(files):
-    model = llama.load(files["llama-Q4_1"])
+    model = llama.load(files["llama-Q4_1"], **EXACT)
     c = model.config
     pool = batch.KVPool(c, nbytes=10 * c.n_layers * 2 * c.h_kv * 16 * c.d_head * 4 + 5, page_keys=16)
     assert pool.pages == 10 and pool.nbytes == 10 * c.n_layers * 2 * c.h_kv * 16 * c.d_head * 4
@@ -416,7 +416,7 @@ def test_one_page_and_the_default_pages(files):
     for bad in (0, -3, 2.5, "7"):
         with pytest.raises((ValueError, TypeError), match="positions"):
             batch.one_page(bad)
-    model = llama.load(files["llama-Q4_1"])
+    model = llama.load(files["llama-Q4_1"], **EXACT)
     runner = batch.Batch(model, max_batch=3)
     assert runner.pool.page_keys == batch.one_page(min(model.config.context_length, batch.POSITIONS)) == 96
     assert runner.pool.pages == 3
@@ -430,7 +430,7 @@ def test_default_pages_take_the_fused_step_of_rows(files, activations, on_backen
     rows: token for token what generate gives each alone, with int8 activations too, on every
     backend (the paged step's int8 tokens may part from them:
     test_batch_of_int8_activations_follows_the_model)."""
-    model = llama.load(files["llama-Q4_1"], activations=activations)
+    model = llama.load(files["llama-Q4_1"], activations=activations, kv_dtype="float32")
     new = [20, 7, 33, 1, 12, 25]
     alone = [model.generate(p, n, ignore_eos=True) for p, n in zip(PROMPTS, new)]
     rows, paged = [], []
@@ -450,7 +450,7 @@ def test_generate_batch_lets_its_pool_go_at_once(files, on_backend, monkeypatch)
     kernels' first calls; not chased), the later ones go."""
     import gc
     import weakref
-    model = llama.load(files["llama-Q4_1"])
+    model = llama.load(files["llama-Q4_1"], **EXACT)
     model.generate_batch(PROMPTS, 9, ignore_eos=True, max_batch=4)
     memory, make = [], batch.KVPool.__init__
 
@@ -474,7 +474,7 @@ def test_generate_lets_its_cache_go_at_once(files, on_backend, monkeypatch):
     the garbage collector off: nothing refers back to a record from its backends' forms of it."""
     import gc
     import weakref
-    model = llama.load(files["llama-Q4_1"], activations="int8")
+    model = llama.load(files["llama-Q4_1"], activations="int8", kv_dtype="float32")
     model.generate(PROMPTS[2], 5, ignore_eos=True)
     caches, make = [], model.cache
 
@@ -514,7 +514,7 @@ def test_the_pool_takes_memory_as_it_is_written(files):
     """The pool is a private mapping of its own (page-aligned, writable; not shared, i.e. not shmem)
     that is not backed by huge pages: of a pool of 32768 positions (16 MB here) one written position
     takes one 4 KB page (Linux: smaps' Rss of the mapping; THPeligible 0 where reported), not 2 MB."""
-    model = llama.load(files["llama-Q4_1"])
+    model = llama.load(files["llama-Q4_1"], **EXACT)
     pool = batch.KVPool(model.config, tokens=32768, page_keys=256)
     assert pool.data.flags.writeable and pool.data.ctypes.data % 4096 == 0 and pool.nbytes > 4 << 20
     pool.data[0, 0, 0, 0, 0] = 1.0
@@ -540,14 +540,14 @@ def test_the_pool_takes_memory_as_it_is_written(files):
     ({"max_new_tokens": 95}, ValueError, "context length"),
 ])
 def test_bad_batch_arguments(files, kw, error, match):
-    model = llama.load(files["llama-Q4_1"])
+    model = llama.load(files["llama-Q4_1"], **EXACT)
     kw = {"max_new_tokens": 4, **kw}
     with pytest.raises(error, match=match):
         model.generate_batch([[1, 2, 3], [4, 5]], **kw)
 
 
 def test_bad_prompts_are_named(files):
-    model = llama.load(files["llama-Q4_1"])
+    model = llama.load(files["llama-Q4_1"], **EXACT)
     with pytest.raises(ValueError, match="ids"):
         model.generate_batch([[1, 2], [10 ** 6]], 3)
     with pytest.raises(ValueError, match="ids"):

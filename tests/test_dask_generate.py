@@ -82,3 +82,11 @@ def test_bad_prompts_and_arguments(client, path, tmp_path):
         sd.generate(bag, path, -1)
     with pytest.raises(ValueError, match="temperature"):
         sd.generate(bag, path, temperature=-1.0)
+
+
+def test_the_workers_load_with_llama_load_s_defaults():
+    import inspect
+    given = inspect.signature(sd.generate).parameters
+    defaults = inspect.signature(llama.load).parameters
+    for name in ("activations", "kv_dtype"):
+        assert given[name].default == defaults[name].default

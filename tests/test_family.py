@@ -8,7 +8,7 @@ import pytest
 
 import silkattn
 from silkattn import reference as ref
-from silkattn._testing import TOL_MODEL, assert_matches
+from silkattn._testing import EXACT, TOL_MODEL, assert_matches
 
 pytest.importorskip("gguf", reason="the llm extra is not installed (pip install 'silkattn[llm]')")
 pytest.importorskip("tokenizers", reason="the llm extra is not installed (pip install 'silkattn[llm]')")
@@ -53,7 +53,7 @@ IDS = [[5], list(range(3, 15)), [200, 3, 3, 3, 3, 64, 250, 7, 1, 2, 9, 9, 9, 30,
 @pytest.mark.parametrize("kind", TYPES)
 @pytest.mark.parametrize("arch", list(SIZES))
 def test_forward_matches_the_reference_on_every_backend(files, arch, kind, on_backend):
-    model = llama.load(files[arch, kind])
+    model = llama.load(files[arch, kind], **EXACT)
     P64 = params64(model.params)
     for ids in IDS:
         assert_matches(model.forward(ids), ref.llama(ids, P64), np.float32, TOL_MODEL)
@@ -63,7 +63,7 @@ def test_forward_matches_the_reference_on_every_backend(files, arch, kind, on_ba
 @pytest.mark.parametrize("arch", list(SIZES))
 def test_greedy_decoding_with_the_cache_is_the_reference_recomputing(files, arch, kind, on_backend):
     """Past the window too (gemma3's 5): the local layers' cache rows out of sight stay unread."""
-    model = llama.load(files[arch, kind])
+    model = llama.load(files[arch, kind], **EXACT)
     prompt = [4, 9, 16, 25]
     new = model.generate(prompt, 9, ignore_eos=True)
     ids, P64 = list(prompt), params64(model.params)
@@ -78,7 +78,7 @@ def test_gemma3_config_reads_the_layer_pattern_and_the_head_width(files):
     assert c.windows == (5, 5, 5, 5, 5, None)  # layer i global iff i % 6 == 5
     assert c.rope_bases == (1e4,) * 5 + (1e6,)
     assert c.embed_scale == 16.0 and c.family.activation == "gelu_tanh"
-    model = llama.load(files["gemma3", "F32"])
+    model = llama.load(files["gemma3", "F32"], **EXACT)
     P = model.params
     assert [p["window"] for p in P["layers"]] == list(c.windows)
     assert all(p["q_norm"].shape == (128,) and p["post_ffn_norm"].shape == (256,) for p in P["layers"])
@@ -89,13 +89,13 @@ def test_qwen2_biases_and_rotary_rows_are_the_file_s(files, tmp_path):
     land after the product."""
     path = str(tmp_path / "q.gguf")
     t = llama_files.write(path, "F32", arch="qwen2")
-    P = llama.load(path).params
+    P = llama.load(path, **EXACT).params
     np.testing.assert_array_equal(P["layers"][0]["attn"][0], t["blk.0.attn_q.weight"].T)
     np.testing.assert_array_equal(P["layers"][1]["bias"][2], t["blk.1.attn_v.bias"])
 
 
 def test_mixed_types_keep_each_part_s_blocks(files):
-    model = llama.load(files["gemma3", "mixed"])
+    model = llama.load(files["gemma3", "mixed"], **EXACT)
     L = model.layers[0]
     assert isinstance(L.wqkv, tuple) and [W.kind for W in L.wqkv] == ["Q5_0", "Q5_0", "Q8_0"]
     assert isinstance(L.wgu, tuple) and [W.kind for W in L.wgu] == ["Q5_0", "Q4_K"]
@@ -104,7 +104,7 @@ def test_mixed_types_keep_each_part_s_blocks(files):
 
 def test_gelu_gate_and_sandwich_norms_change_the_answer(files):
     """Each of gemma3's switches reaches the logits: dropping any one of them moves them."""
-    model = llama.load(files["gemma3", "F32"])
+    model = llama.load(files["gemma3", "F32"], **EXACT)
     ids, P = list(range(3, 15)), model.params
     want = ref.llama(ids, P)
     for key, value in (("activation", "silu"), ("post_ffn_norm", None), ("q_norm", None), ("window", None),
@@ -123,7 +123,7 @@ def test_sliding_window_pattern_key_and_linear_rope_scaling(tmp_path):
     c = FamilyConfig.from_gguf(GGUFFile(path))
     assert c.windows == (8, None, 8)
     assert c.layer_rope_freqs[0] is None and c.layer_rope_freqs[1] == (8.0,) * (c.d_head // 2)
-    model = llama.load(path)
+    model = llama.load(path, **EXACT)
     ids = list(range(3, 20))
     assert_matches(model.forward(ids), ref.llama(ids, params64(model.params)), np.float32)
 
@@ -170,7 +170,7 @@ def test_architectures_outside_the_family_are_refused(tmp_path):
 
 
 def test_models_load_picks_by_architecture(files):
-    model = silkattn.models.load(files["qwen2", "Q8_0"])
+    model = silkattn.models.load(files["qwen2", "Q8_0"], **EXACT)
     assert model.config.arch == "qwen2" and model.config.family.qkv_bias
 
 
@@ -178,7 +178,7 @@ def test_local_layers_keep_a_ring_of_their_window(files, on_backend):
     """gemma3's five local layers hold 5 positions whatever the context, its global one all of them;
     a prompt longer than the window (the prefill through the ring) then greedy decoding past it is
     still the reference recomputing everything."""
-    model = llama.load(files["gemma3", "Q8_0"])
+    model = llama.load(files["gemma3", "Q8_0"], **EXACT)
     c = model.config
     assert model.cache_positions(100) == [5, 5, 5, 5, 5, 100]
     assert model.cache_bytes(100) == (5 * 5 + 100) * 2 * c.h_kv * c.d_head * 4
@@ -201,7 +201,7 @@ def test_int8_activations_of_every_type_match_their_reference(files, arch, on_ba
     from test_llama import q8_params
 
     from silkattn._testing import TOL_Q8
-    model = llama.load(files[arch, "mixed"], activations="int8")
+    model = llama.load(files[arch, "mixed"], activations="int8", kv_dtype="float32")
     assert all(W.q8 for L in model.layers for W in L.products)
     P, ids = q8_params(model), [4, 9, 16, 25, 36, 49, 64, 81, 100]
     assert_matches(model.forward(ids), ref.llama(ids, P), np.float32, TOL_Q8)

