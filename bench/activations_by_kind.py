@@ -1,11 +1,14 @@
 """A decoding step's product for each GGUF block type, with float32 and with int8 activations: one
-row times a read-only (as a file's) 2048 -> 8192 matrix of the type's blocks, too large for the
-caches, so each call streams the blocks from memory. Prints the milliseconds a call (medians of
---repeats after a warm-up, the two activations alternating in one process), the blocks' read rate,
-and that as a fraction of numpy's read rate of a 1 GiB array on the same threads: what
-models.llama.load's activations="auto" chooses per type rests on these figures (docs/llm.md).
+row times a read-only (as a file's) 2048 -> 8192 matrix of the type's blocks, a different one each
+call, round a set of copies of --mib MiB together (more than the last-level cache), so each call
+streams its blocks from memory. Prints the milliseconds a call (medians of --repeats rounds of the
+set after a warm-up, the two activations alternating in one process), the blocks' read rate, and
+that as a fraction of numpy's read rate of a 1 GiB array on the same threads (the fastest of its
+sum, max and dot): what models.llama.load's activations="auto" chooses per type rests on these
+figures (docs/models.md).
 
-    python bench/activations_by_kind.py [--threads 1] [--repeats 31] [--backend cython]
+    python bench/activations_by_kind.py [--threads 1] [--repeats 5] [--mib 1024] [--backend cython]
+                                        [--kinds Q4_K,Q6_K]
 
 Unset OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE for the command alone if they are set.
 """
@@ -32,27 +35,32 @@ def blocks(kind, rng):
     return quant.QuantizedMatrix(kind, b, "float32")
 
 
-def read_rate(threads):  # GB/s of numpy summing a 1 GiB float32 array, in `threads` threads
+def read_rate(threads):  # -> {name: GB/s} of numpy reading a 1 GiB float32 array in `threads` threads
     from concurrent.futures import ThreadPoolExecutor
     a = np.ones(1 << 28, np.float32)
     spans = [(p[0], p[-1] + 1) for p in np.array_split(np.arange(a.size), threads)]
+    out = {}
     with ThreadPoolExecutor(threads) as pool:
-        def read():
-            list(pool.map(lambda s: a[s[0]:s[1]].sum(), spans))
-        read()
-        ts = []
-        for _ in range(5):
-            t = time.perf_counter()
+        for name, f in (("sum", np.sum), ("max", np.max), ("dot", lambda v: np.dot(v, v))):
+            def read():
+                list(pool.map(lambda s: f(a[s[0]:s[1]]), spans))
             read()
-            ts.append(time.perf_counter() - t)
-    return a.nbytes / np.median(ts) / 1e9
+            ts = []
+            for _ in range(5):
+                t = time.perf_counter()
+                read()
+                ts.append(time.perf_counter() - t)
+            out[name] = a.nbytes / np.median(ts) / 1e9
+    return out
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--repeats", type=int, default=31)
+    p.add_argument("--repeats", type=int, default=5, help="rounds of the set of copies")
+    p.add_argument("--mib", type=int, default=1024, help="the copies' MiB together, a type at a time")
     p.add_argument("--backend", default="cython", choices=["cython", "numba"])
+    p.add_argument("--kinds", help="a comma-separated subset of the types (default: all)")
     args = p.parse_args()
     import dataclasses
 
@@ -62,32 +70,41 @@ def main():
     print(cpu_line())
     silkattn.set_num_threads(args.threads)
     linear = getattr(silkattn, args.backend).linear
-    rate = read_rate(args.threads)
-    print(f"{args.backend}, {args.threads} thread(s); numpy reads at {rate:.1f} GB/s; one row x {K} -> {N}, "
-          f"read-only blocks; ms a call, medians of {args.repeats}")
+    rates = read_rate(args.threads)
+    rate = max(rates.values())
+    print(f"{args.backend}, {args.threads} thread(s); numpy reads a 1 GiB array at "
+          + ", ".join(f"{v:.1f} GB/s ({k})" for k, v in rates.items())
+          + f"; one row x {K} -> {N}, read-only blocks, copies of {args.mib} MiB together; ms a call, "
+          f"medians of {args.repeats} rounds")
     print("| type | bytes | float32 ms | GB/s | of read | int8 ms | GB/s | of read | int8 / float32 |")
     print("|---|---|---|---|---|---|---|---|---|")
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, K)).astype(np.float32)
-    for kind in quant.KINDS:
-        W = {"float32": blocks(kind, rng)}
-        W["int8"] = dataclasses.replace(W["float32"], activations="int8")
-        size = W["float32"].blocks.nbytes
+    for kind in args.kinds.split(",") if args.kinds else quant.KINDS:
+        one = blocks(kind, rng)
+        size = one.blocks.nbytes
+        copies = []
+        for _ in range(max(1, (args.mib << 20) // size)):
+            b = one.blocks.copy()
+            b.flags.writeable = False
+            copies.append(quant.QuantizedMatrix(kind, b, "float32"))
+        W = {"float32": copies, "int8": [dataclasses.replace(c, activations="int8") for c in copies]}
         times = {a: [] for a in W}
         for a in W:
-            for _ in range(3):
-                linear(x, W[a])
+            for c in W[a]:  # warm-up: the int8 products make their 16-row layouts here
+                linear(x, c)
         for _ in range(args.repeats):
             for a in W:
-                t = time.perf_counter()
-                linear(x, W[a])
-                times[a].append(time.perf_counter() - t)
+                for c in W[a]:
+                    t = time.perf_counter()
+                    linear(x, c)
+                    times[a].append(time.perf_counter() - t)
         ms = {a: float(np.median(t)) * 1e3 for a, t in times.items()}
         gbs = {a: size / ms[a] / 1e6 for a in W}
         print(f"| {kind} | {size / 2**20:.1f} MiB | {ms['float32']:.2f} | {gbs['float32']:.1f} | "
               f"{gbs['float32'] / rate:.0%} | {ms['int8']:.2f} | {gbs['int8']:.1f} | "
-              f"{gbs['int8'] / rate:.0%} | "
-              f"{ms['int8'] / ms['float32']:.2f}x |")
+              f"{gbs['int8'] / rate:.0%} | {ms['int8'] / ms['float32']:.2f}x |", flush=True)
+        del W, copies, one
 
 
 if __name__ == "__main__":

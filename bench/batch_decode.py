@@ -29,8 +29,13 @@ import time
 
 import numpy as np
 
-from silkattn.models.llama import ACTIVATIONS as DEFAULT_ACTIVATIONS  # load()'s defaults: a path alone
-from silkattn.models.llama import KV_DTYPE as DEFAULT_KV_DTYPE
+
+def _defaults():  # models.llama.load's (activations, kv_dtype): a path alone (silkattn's process only)
+    try:
+        from silkattn.models import llama
+    except ImportError:  # llama.cpp's process, in another Python: the flags it is given say nothing to it
+        return "auto", "float16"
+    return llama.ACTIVATIONS, llama.KV_DTYPE
 
 
 def _prompts(model_or_tokenize, n, scale=1):
@@ -140,13 +145,13 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--python", default=sys.executable, help="a python with llama_cpp (for llama.cpp)")
-    p.add_argument("--activations", default=DEFAULT_ACTIVATIONS, choices=["auto", "int8", "float32"])
+    p.add_argument("--activations", default=_defaults()[0], choices=["auto", "int8", "float32"])
     p.add_argument("--child")
     p.add_argument("--prompt-lines", type=int, default=1, help="K times the lines of each prompt")
     p.add_argument("--page-keys", type=int, help="generate_batch's page_keys (default: its own)")
     p.add_argument("--prompts")
     p.add_argument("--rounds", type=int, default=1, help="the contenders' processes in turn, R times")
-    p.add_argument("--kv-dtype", default=DEFAULT_KV_DTYPE, choices=["float16", "float32"],
+    p.add_argument("--kv-dtype", default=_defaults()[1], choices=["float16", "float32"],
                    help="silkattn's KV cache's elements")
     args = p.parse_args()
     if args.model is None:

@@ -26,33 +26,46 @@ import time
 
 import numpy as np
 
-from silkattn.models.llama import ACTIVATIONS as DEFAULT_ACTIVATIONS  # load()'s defaults: a path alone
-from silkattn.models.llama import KV_DTYPE as DEFAULT_KV_DTYPE
-
 PROMPT, NEW = 256, 128
 
 
-def _prompt_text():
-    import silkattn
-    return open(os.path.join(os.path.dirname(silkattn.__file__), "reference.py")).read()
+def _defaults():  # models.llama.load's (activations, kv_dtype): a path alone (silkattn's process only)
+    try:
+        from silkattn.models import llama
+    except ImportError:  # llama.cpp's process, in another Python: the flags it is given say nothing to it
+        return "auto", "float16"
+    return llama.ACTIVATIONS, llama.KV_DTYPE
+
+
+def _prompt_text():  # silkattn's reference.py (llama.cpp's process, in another Python, is given its path)
+    path = os.environ.get("SILKATTN_BENCH_TEXT")
+    if path is None:
+        import silkattn
+        path = os.path.join(os.path.dirname(silkattn.__file__), "reference.py")
+    with open(path, encoding="utf-8") as f:
+        return f.read()
 
 
 def _rates(threads):
-    """GB/s of numpy reading (a sum) and copying a 1 GiB float32 array on `threads` threads (numpy
-    runs these on one; with 2, two halves in two threads)."""
+    """GB/s of numpy reading and copying a 1 GiB float32 array on `threads` threads (numpy runs these
+    on one; with 2, two halves in two threads); the read: the fastest of a sum, a max and a dot (a
+    sum is bound by its adds on some cores: 8.7 against 15.0 GB/s for a max, Sapphire Rapids)."""
     from concurrent.futures import ThreadPoolExecutor
     a = np.ones(1 << 28, np.float32)
     b = np.empty_like(a)
     parts = np.array_split(np.arange(a.size), threads)
     spans = [(p[0], p[-1] + 1) for p in parts]
     with ThreadPoolExecutor(threads) as pool:
-        def read():
-            list(pool.map(lambda s: a[s[0]:s[1]].sum(), spans))
+        def read(f):
+            list(pool.map(lambda s: f(a[s[0]:s[1]]), spans))
 
         def copy():
             list(pool.map(lambda s: np.copyto(b[s[0]:s[1]], a[s[0]:s[1]]), spans))
         out = {}
-        for name, fn, bytes_ in (("read", read, a.nbytes), ("copy", copy, 2 * a.nbytes)):
+        for name, fn, bytes_ in (("sum", lambda: read(np.sum), a.nbytes),
+                                 ("max", lambda: read(np.max), a.nbytes),
+                                 ("dot", lambda: read(lambda v: np.dot(v, v)), a.nbytes),
+                                 ("copy", copy, 2 * a.nbytes)):
             fn()
             ts = []
             for _ in range(5):
@@ -60,6 +73,7 @@ def _rates(threads):
                 fn()
                 ts.append(time.perf_counter() - t)
             out[name] = bytes_ / np.median(ts) / 1e9
+    out["read"] = max(out.pop(k) for k in ("sum", "max", "dot"))
     return out
 
 
@@ -84,12 +98,15 @@ def run_silkattn(path, threads, repeats, ids, activations="float32", kv_dtype="f
         silkattn.linear(x, head)
         ts.append(time.perf_counter() - t)
     head_s = float(np.median(ts))
-    head_bytes = head.blocks.nbytes if hasattr(head, "blocks") else head.nbytes
+    def nbytes(W):
+        return W.blocks.nbytes if hasattr(W, "blocks") else W.nbytes
+    head_bytes = nbytes(head)
+    step_bytes = sum(nbytes(W) for L in model.layers for W in L.products) + head_bytes  # a step's weights
     tokens = model.generate(ids, 8, ignore_eos=True)
     rss = _peak_rss()  # before _rates' two 1 GiB arrays
     return dict(prefill_s=float(np.median(pre)), decode_ms=1e3 * float(np.median(dec)), head_ms=1e3 * head_s,
-                head_gbs=head_bytes / head_s / 1e9, rates=_rates(threads), first=list(map(int, tokens)),
-                rss_mib=rss)
+                head_gbs=head_bytes / head_s / 1e9, step_mb=step_bytes / 1e6, rates=_rates(threads),
+                first=list(map(int, tokens)), rss_mib=rss)
 
 
 def _peak_rss():  # MiB
@@ -151,10 +168,10 @@ def main():
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--rounds", type=int, default=1, help="rounds of the two processes, ratios' medians")
     p.add_argument("--python", default=sys.executable, help="a python with llama_cpp (for llama.cpp)")
-    p.add_argument("--activations", default=DEFAULT_ACTIVATIONS, choices=["auto", "int8", "float32"],
+    p.add_argument("--activations", default=_defaults()[0], choices=["auto", "int8", "float32"],
                    help="silkattn's load(activations=...): int8 rounds each product's rows as llama.cpp does")
     p.add_argument("--prompt-tokens", type=int, default=PROMPT, help="the prompt's first N tokens")
-    p.add_argument("--kv-dtype", default=DEFAULT_KV_DTYPE, choices=["float16", "float32"],
+    p.add_argument("--kv-dtype", default=_defaults()[1], choices=["float16", "float32"],
                    help="silkattn's KV cache (llama.cpp's is float16)")
     p.add_argument("--child")
     p.add_argument("--threads-one", type=int)
@@ -165,6 +182,7 @@ def main():
         args.model = str(assemble())
     if args.child:
         return child(args)
+    import silkattn
     from silkattn import models
     from silkattn._bench import cpu_line
     print(cpu_line())
@@ -186,7 +204,8 @@ def main():
                 cmd = [py, __file__, "--child", who, "--model", args.model, "--threads-one", str(threads),
                        "--repeats", str(args.repeats), "--ids", json.dumps(ids),
                        "--activations", args.activations, "--kv-dtype", args.kv_dtype]
-                env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+                text = os.path.join(os.path.dirname(silkattn.__file__), "reference.py")
+                env = dict(os.environ, OMP_NUM_THREADS=str(threads), SILKATTN_BENCH_TEXT=text)
                 out = subprocess.run(cmd, capture_output=True, text=True, env=env)
                 line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
                 if not line:
@@ -216,6 +235,9 @@ def report(ours, theirs, path):
           f"step) at {gbs:.1f} GB/s: {gbs / rates['read']:.0%} of numpy's read rate "
           f"({rates['read']:.1f} GB/s), "
           f"{gbs / rates['copy']:.0%} of its copy rate ({rates['copy']:.1f} GB/s, bytes read + written)")
+    step = ours["step_mb"] / ours["decode_ms"]  # GB/s
+    print(f"  decoding step: {ours['step_mb']:.0f} MB of weights a token at {step:.1f} GB/s, "
+          f"{step / rates['read']:.0%} of numpy's read rate")
     if theirs.get("tokens_of_text") != model_ids_check(path)[:64]:
         print("  NOTE: llama.cpp's ids of the prompt text differ from silkattn's")
     return ratio

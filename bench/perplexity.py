@@ -16,6 +16,10 @@ scores those ids, each in its own process:
   silkattn-step-int8, silkattn-prefill-int8
                      the same with load(activations="int8"): every product's rows rounded to 8
                      bits a block of 32 (reference.round_q8), the decoding step's products integer
+  silkattn-step-f16-cache
+                     the step with load(kv_dtype="float16"): keys and values rounded to float16
+  silkattn-step-default, silkattn-prefill-default
+                     load(path) alone: its defaults (activations "auto", a float16 cache)
   reference          silkattn.reference.llama on the float32 params (the float32 path)
   llama.cpp          llama-cpp-python on the same file (8-bit activations in its dot products),
                      in --torch-python (where it is installed)
@@ -57,12 +61,14 @@ def _gguf_path():
     return os.environ.get("SILKATTN_PERPLEXITY_MODEL") or os.path.join(_model_folder(), GGUF)
 
 
-def run_silkattn(windows, threads, how, activations="float32"):
+def run_silkattn(windows, threads, how, activations="float32", kv_dtype="float32"):
     import silkattn
     from silkattn import models
     from silkattn import reference as ref
     silkattn.set_num_threads(threads)
-    model = models.load(_gguf_path(), activations=activations)
+    # None: load's default (a user's load(path))
+    given = {k: v for k, v in (("activations", activations), ("kv_dtype", kv_dtype)) if v is not None}
+    model = models.load(_gguf_path(), **given)
     total = 0.0
     for ids in windows:
         if how == "prefill":
@@ -108,6 +114,9 @@ CONTENDERS = {"silkattn-step": lambda w, t: run_silkattn(w, t, "step"),
               "silkattn-prefill": lambda w, t: run_silkattn(w, t, "prefill"),
               "silkattn-step-int8": lambda w, t: run_silkattn(w, t, "step", "int8"),
               "silkattn-prefill-int8": lambda w, t: run_silkattn(w, t, "prefill", "int8"),
+              "silkattn-step-f16-cache": lambda w, t: run_silkattn(w, t, "step", "float32", "float16"),
+              "silkattn-step-default": lambda w, t: run_silkattn(w, t, "step", None, None),
+              "silkattn-prefill-default": lambda w, t: run_silkattn(w, t, "prefill", None, None),
               "reference": lambda w, t: run_silkattn(w, t, "reference"),
               "llama.cpp": run_llama_cpp, "transformers": run_transformers}
 IN_TORCH_PYTHON = ("llama.cpp", "transformers")

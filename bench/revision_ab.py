@@ -208,7 +208,8 @@ def _llama_steps(pkg, activations, positions):
     every call computes the same."""
     def prefilled():
         llama = importlib.import_module(f"{pkg.__name__}.models.llama")
-        model = llama.load(activations=activations)
+        # every revision the same options, whatever load's defaults
+        model = llama.load(activations=activations, kv_dtype="float32")
         ids = np.arange(1, 25) * 37 % model.config.vocab
         cache = model.cache(len(ids) + positions)
         model._run(ids, cache, 0)
@@ -228,7 +229,7 @@ def _llama_prefill(pkg, activations, n):
     """SmolLM2's prefill of an n-token prompt (generate's: the GEMMs over its rows): the logits of its
     last position and every layer's cache rows."""
     model = _memo(pkg, ("smollm2", activations), lambda: importlib.import_module(
-        f"{pkg.__name__}.models.llama").load(activations=activations))
+        f"{pkg.__name__}.models.llama").load(activations=activations, kv_dtype="float32"))
     ids = np.arange(1, n + 1) * 37 % model.config.vocab
     cache = model.cache(n)
     logits = model._run(ids, cache, 0)[-1]
@@ -239,7 +240,7 @@ def _llama_batch(pkg, activations, steps):
     """SmolLM2 decoding 8 sequences together (models.batch: the fused step of rows) for `steps`
     steps after their prompts: the pool of keys and values every layer wrote, and the tokens."""
     model = _memo(pkg, ("smollm2", activations), lambda: importlib.import_module(
-        f"{pkg.__name__}.models.llama").load(activations=activations))
+        f"{pkg.__name__}.models.llama").load(activations=activations, kv_dtype="float32"))
     runner = importlib.import_module(f"{pkg.__name__}.models.batch").Batch(model, 8, cache_tokens=8 * 256)
     runner.pool.data[...] = 0  # the rows no sequence writes compare equal
     seqs = [runner.submit(np.arange(1, 5 + 3 * i) * (37 + i) % model.config.vocab, steps, ignore_eos=True)

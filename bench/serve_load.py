@@ -21,13 +21,18 @@ import time
 
 import numpy as np
 
-from silkattn.models.llama import ACTIVATIONS as DEFAULT_ACTIVATIONS  # load()'s defaults: a path alone
-from silkattn.models.llama import KV_DTYPE as DEFAULT_KV_DTYPE
-
 TIMEOUT = 600
 QUESTIONS = ["What is the capital of France?", "Write a haiku about the sea.", "Explain what a GPU is.",
              "Name three prime numbers.", "How do plants make food?", "What is 12 times 12?",
              "Give me a tip for learning Python.", "Why is the sky blue?"]
+
+
+def _defaults():  # models.llama.load's (activations, kv_dtype): a path alone (silkattn's process only)
+    try:
+        from silkattn.models import llama
+    except ImportError:  # llama.cpp's process, in another Python: the flags it is given say nothing to it
+        return "auto", "float16"
+    return llama.ACTIVATIONS, llama.KV_DTYPE
 
 
 def _free_port():
@@ -72,8 +77,8 @@ def main():
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--max-batch", type=int, default=16)
-    p.add_argument("--activations", default=DEFAULT_ACTIVATIONS, choices=["auto", "int8", "float32"])
-    p.add_argument("--kv-dtype", default=DEFAULT_KV_DTYPE, choices=["float16", "float32"],
+    p.add_argument("--activations", default=_defaults()[0], choices=["auto", "int8", "float32"])
+    p.add_argument("--kv-dtype", default=_defaults()[1], choices=["float16", "float32"],
                    help="its KV cache")
     args = p.parse_args()
     path = args.model or default_path()
