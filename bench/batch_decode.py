@@ -162,14 +162,18 @@ def main():
     from silkattn import models
     from silkattn._bench import cpu_line
     print(cpu_line())
-    model = models.load(args.model)
+    model = models.load(args.model, activations=args.activations)
+    # what "auto" chose for this file: the products' ceiling below is the int8 peak or sgemm's
+    integer = {getattr(W, "activations", None) for L in model.layers for W in L.products} == {"int8"}
     prompts = [list(map(int, ids)) for ids in _prompts(model.prompt_ids, args.sequences, args.prompt_lines)]
     macs = sum(W.shape[0] * W.shape[1] for L in model.layers for W in L.products) \
         + model.head.shape[0] * model.head.shape[1]  # a token's multiply-adds in the products
     del model
     print(f"{os.path.basename(args.model)}: {args.sequences} sequences (prompts of "
           f"{min(map(len, prompts))}-{max(map(len, prompts))} tokens) x {args.new_tokens} greedy tokens, "
-          f"{args.threads} thread(s), silkattn's activations {args.activations}, KV cache {args.kv_dtype}; "
+          f"{args.threads} thread(s), silkattn's activations {args.activations}"
+          + (f" ({'int8' if integer else 'float32'} for this file)" if args.activations == "auto" else "")
+          + f", KV cache {args.kv_dtype}; "
           "decode tokens/s, medians "
           f"of {args.repeats} after a warm-up")
     rows, rounds = {}, []
@@ -183,7 +187,7 @@ def main():
     _contender(args, "physical", sys.executable, prompts, rows, "")
     rate = {who: r["tokens_per_s"] for who, r in rows.items() if who != "physical"}
     if "physical" in rows:  # the products' multiply-adds a second against this machine's ceilings
-        ph, ceiling = rows["physical"], "int8" if args.activations == "int8" else "sgemm"
+        ph, ceiling = rows["physical"], "int8" if integer else "sgemm"
         print(f"  measured here, {args.threads} thread(s): numpy sgemm {ph['sgemm']:.0f} GMAC/s, int8 peak "
               f"{ph['int8']:.0f} GMAC/s, copy {ph['copy']:.1f} GB/s; the products' {macs / 1e6:.1f} M "
               "multiply-adds a token at")

@@ -186,7 +186,8 @@ def main():
     from silkattn import models
     from silkattn._bench import cpu_line
     print(cpu_line())
-    model = models.load(args.model)
+    model = models.load(args.model, activations=args.activations)
+    chosen = {getattr(W, "activations", "float32") for L in model.layers for W in L.products}  # auto's choice
     ids = model.prompt_ids(_prompt_text())
     if not 0 < args.prompt_tokens <= len(ids):
         raise SystemExit(f"--prompt-tokens must be 1 .. {len(ids)} (the prompt text's tokens), got "
@@ -194,7 +195,9 @@ def main():
     ids = ids[:args.prompt_tokens]
     print(f"{os.path.basename(args.model)}: {os.path.getsize(args.model) / 2**20:.0f} MiB; prompt {len(ids)} "
           f"tokens, then {NEW} greedy (EOS ignored); medians of {args.repeats} after a warm-up; silkattn's "
-          f"activations {args.activations}, KV cache {args.kv_dtype}")
+          f"activations {args.activations}" + (f" ({'/'.join(sorted(chosen))} for this file)"
+                                               if args.activations == "auto" else "")
+          + f", KV cache {args.kv_dtype}")
     del model
     for threads in map(int, args.threads.split(",")):
         ratios = []
