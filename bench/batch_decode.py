@@ -30,6 +30,16 @@ import time
 import numpy as np
 
 
+def _peak_mb():
+    """This process's peak resident set (VmHWM), not getrusage's ru_maxrss: Linux carries that over
+    from the parent across fork and exec, so a child reported the parent's peak where it was the
+    larger (the parent loads the model too)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
 def _defaults():  # models.llama.load's (activations, kv_dtype): a path alone (silkattn's process only)
     try:
         from silkattn.models import llama
@@ -133,7 +143,7 @@ def child(args):
     else:
         out = run_silkattn(args.model, args.threads, args.repeats, prompts, args.new_tokens, args.activations,
                            args.child == "alone", args.page_keys, args.kv_dtype)
-    out["peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: kB
+    out["peak_mb"] = _peak_mb()
     print("RESULT " + json.dumps(out))
 
 
