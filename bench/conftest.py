@@ -22,8 +22,9 @@ OURS = [name for name, status in silkattn.backends().items()
         if name != "numpy" and status.startswith("available")]
 
 
+# each rival contender's library: a contender without it is skipped
 LIBRARIES = {"torch": "torch", "sentence-transformers": "sentence_transformers", "onnxruntime": "onnxruntime",
-             "llama.cpp": "llama_cpp"}
+             "llama.cpp": "llama_cpp", "transformers": "transformers"}
 
 
 @pytest.fixture
