@@ -16,6 +16,7 @@ import argparse
 import time
 
 import numpy as np
+from gguf_decode import _rates  # bench/ is the script's directory
 
 K, N = 2048, 8192
 # the offsets of each kind's float16 scales in its block (set finite: random bytes would make NaNs)
@@ -35,25 +36,6 @@ def blocks(kind, rng):
     return quant.QuantizedMatrix(kind, b, "float32")
 
 
-def read_rate(threads):  # -> {name: GB/s} of numpy reading a 1 GiB float32 array in `threads` threads
-    from concurrent.futures import ThreadPoolExecutor
-    a = np.ones(1 << 28, np.float32)
-    spans = [(p[0], p[-1] + 1) for p in np.array_split(np.arange(a.size), threads)]
-    out = {}
-    with ThreadPoolExecutor(threads) as pool:
-        for name, f in (("sum", np.sum), ("max", np.max), ("dot", lambda v: np.dot(v, v))):
-            def read():
-                list(pool.map(lambda s: f(a[s[0]:s[1]]), spans))
-            read()
-            ts = []
-            for _ in range(5):
-                t = time.perf_counter()
-                read()
-                ts.append(time.perf_counter() - t)
-            out[name] = a.nbytes / np.median(ts) / 1e9
-    return out
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--threads", type=int, default=1)
@@ -70,10 +52,9 @@ def main():
     print(cpu_line())
     silkattn.set_num_threads(args.threads)
     linear = getattr(silkattn, args.backend).linear
-    rates = read_rate(args.threads)
-    rate = max(rates.values())
-    print(f"{args.backend}, {args.threads} thread(s); numpy reads a 1 GiB array at "
-          + ", ".join(f"{v:.1f} GB/s ({k})" for k, v in rates.items())
+    rates = _rates(args.threads)  # gguf_decode's: numpy's read (fastest of sum, max, dot) and copy
+    rate = rates["read"]
+    print(f"{args.backend}, {args.threads} thread(s); numpy reads a 1 GiB array at {rate:.1f} GB/s"
           + f"; one row x {K} -> {N}, read-only blocks, copies of {args.mib} MiB together; ms a call, "
           f"medians of {args.repeats} rounds")
     print("| type | bytes | float32 ms | GB/s | of read | int8 ms | GB/s | of read | int8 / float32 |")

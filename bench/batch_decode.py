@@ -22,30 +22,12 @@ OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE for the command alone if they are set (this
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
 
 import numpy as np
-
-
-def _peak_mb():
-    """This process's peak resident set (VmHWM), not getrusage's ru_maxrss: Linux carries that over
-    from the parent across fork and exec, so a child reported the parent's peak where it was the
-    larger (the parent loads the model too)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-def _defaults():  # models.llama.load's (activations, kv_dtype): a path alone (silkattn's process only)
-    try:
-        from silkattn.models import llama
-    except ImportError:  # llama.cpp's process, in another Python: the flags it is given say nothing to it
-        return "auto", "float16"
-    return llama.ACTIVATIONS, llama.KV_DTYPE
+from gguf_decode import _defaults, _peak_rss  # bench/ is the script's directory
 
 
 def _prompts(model_or_tokenize, n, scale=1):
@@ -143,7 +125,7 @@ def child(args):
     else:
         out = run_silkattn(args.model, args.threads, args.repeats, prompts, args.new_tokens, args.activations,
                            args.child == "alone", args.page_keys, args.kv_dtype)
-    out["peak_mb"] = _peak_mb()
+    out["peak_mb"] = _peak_rss()  # VmHWM: ru_maxrss would carry the parent's over
     print("RESULT " + json.dumps(out))
 
 

@@ -20,19 +20,12 @@ import sys
 import time
 
 import numpy as np
+from gguf_decode import _defaults  # bench/ is the script's directory
 
 TIMEOUT = 600
 QUESTIONS = ["What is the capital of France?", "Write a haiku about the sea.", "Explain what a GPU is.",
              "Name three prime numbers.", "How do plants make food?", "What is 12 times 12?",
              "Give me a tip for learning Python.", "Why is the sky blue?"]
-
-
-def _defaults():  # models.llama.load's (activations, kv_dtype): a path alone (silkattn's process only)
-    try:
-        from silkattn.models import llama
-    except ImportError:  # llama.cpp's process, in another Python: the flags it is given say nothing to it
-        return "auto", "float16"
-    return llama.ACTIVATIONS, llama.KV_DTYPE
 
 
 def _free_port():
