@@ -21,9 +21,10 @@ import tempfile
 
 from setuptools import Extension, setup
 
-OPS = ["softmax", "layer_norm", "attention", "attention_backward", "feed_forward", "linear", "linear_q",
-       "matmul_int8", "rms_norm",
-       "rope", "silu_mul", "layer_step"]
+# Largest first: build_ext -j hands modules out in this order, and layer_step and linear_q take
+# most of a build's compile time (4-5 minutes each on one core), the other ten 2 minutes together
+OPS = ["layer_step", "linear_q", "attention", "linear", "attention_backward", "layer_norm", "rms_norm",
+       "softmax", "feed_forward", "matmul_int8", "rope", "silu_mul"]
 # Flags of one op's module only. rope: no FMA contraction, so that x c - y s rounds each product as
 # NumPy does and the result is the reference's to the last bit (kernels/tmpl_rope.h).
 OP_FLAGS = {"rope": ["-ffp-contract=off"]}
@@ -112,8 +113,12 @@ def extensions():
     opt = os.environ.get("SILKATTN_OPT", "-O3")
     if opt not in ("-O0", "-O1", "-O2", "-O3"):
         raise SystemExit(f"SILKATTN_OPT must be -O0, -O1, -O2 or -O3, got {opt!r}")
-    cflags = [opt, "-fno-math-errno", "-Wno-psabi"] + (["-march=native"] if native else [])
     checks = _flag("SILKATTN_BOUNDSCHECK")
+    # Build time: SA_GENERIC_O2, the x86 generic copy at -O2 in an -O3 build (kernels/instances.h);
+    # -g0, no debug information (Python's CFLAGS ask for it; it took linear_q from 241 to 373 s of
+    # gcc 12, and a wheel is stripped of it), except in a checked build, whose reports cite lines
+    cflags = [opt, "-fno-math-errno", "-Wno-psabi"] + (["-march=native"] if native else []) + \
+        (["-DSA_GENERIC_O2"] if opt == "-O3" else []) + ([] if checks else ["-g0"])
     sanitize = ["-fsanitize=address", "-fno-omit-frame-pointer"] if checks else []
     directives = dict(language_level=3, boundscheck=checks, initializedcheck=checks, wraparound=False,
                       cdivision=True, nonecheck=False, embedsignature=True)
@@ -123,8 +128,8 @@ def extensions():
                          extra_compile_args=cflags + sanitize + OP_FLAGS.get(op, []) + omp,
                          extra_link_args=omp_link + sanitize + ["-lm"])
                for op in OPS]
-    return cythonize(modules, compiler_directives=directives)
+    return cythonize(modules, compiler_directives=directives, nthreads=os.cpu_count() or 1)
 
 
-# build_ext -j: the ten modules compile two (or more) at a time
+# build_ext -j: the modules compile two (or more) at a time
 setup(ext_modules=extensions(), options={"build_ext": {"parallel": os.cpu_count() or 1}})

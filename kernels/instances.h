@@ -73,8 +73,19 @@
 #pragma GCC pop_options
 #endif
 
+/* On x86 the generic copy runs only on CPUs without AVX2 (and in tests/test_portable.py): an -O3
+ * build (setup.py defines SA_GENERIC_O2) compiles it at -O2. At -O3, GCC took 167 of linear_q's
+ * 485 s on it alone (its int8 code on SSE2's 16-byte vectors), the two largest modules 8 minutes
+ * each; -O2 halved both (2026-12-07, gcc 12). Off x86 it is the only copy, at the build's level. */
+#if SA_X86 && defined(SA_GENERIC_O2)
+#pragma GCC push_options
+#pragma GCC optimize("O2")
+#endif
 #define SA_ISA generic
 #define SA_VBYTES 16
 #include "instances_dtypes.h"
 #undef SA_ISA
 #undef SA_VBYTES
+#if SA_X86 && defined(SA_GENERIC_O2)
+#pragma GCC pop_options
+#endif
