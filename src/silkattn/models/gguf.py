@@ -13,21 +13,14 @@ import os
 import numpy as np
 
 from . import _gguf_header
+from .pretokenizers import PRE_TOKENIZERS, REFUSED
 
 # the tensor types load() reads: floats, 32-weight blocks with fp16 scales (Q*_0; Q*_1 add a min) and
 # the K-quants' super-blocks of 256 (silkattn.reference.dequantize gives every layout)
 TENSOR_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")
 
-# tokenizer.ggml.pre -> how the text is split before byte-level BPE (the regexes llama.cpp names
-# for each pre-tokenizer; "smollm" and its kin split digits one by one first)
-GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
-LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-PRE_TOKENIZERS = {"gpt2": ("whole", GPT2_SPLIT), "default": ("whole", GPT2_SPLIT),
-                  "smollm": ("digits", GPT2_SPLIT), "starcoder": ("digits", GPT2_SPLIT),
-                  "refact": ("digits", GPT2_SPLIT), "llama-bpe": ("whole", LLAMA3_SPLIT),
-                  "llama3": ("whole", LLAMA3_SPLIT)}
 CONTROL, USER_DEFINED = 3, 4  # tokenizer.ggml.token_type values of special and added tokens
+SPACE = "\u2581"  # SentencePiece's space, in Gemma 4's and the WordPiece files' pieces
 
 
 def _gguf():
@@ -91,27 +84,38 @@ class GGUFFile:
 def tokenizer(file):
     """The file's tokenizer: encode(text) -> ids (no BOS/EOS; control tokens in the text matched),
     decode(ids, skip_special_tokens=False) -> str, stream() -> a decoder whose step(id) gives the
-    text that id completes. Byte-level BPE (tokenizer.ggml.model "gpt2") or SentencePiece ("llama")."""
+    text that id completes. tokenizer.ggml.model names the kind, as llama.cpp reads it: "gpt2"
+    (byte-level BPE), "llama" (SentencePiece), "gemma4" (BPE over UTF-8 with byte fallback),
+    "bert" (WordPiece)."""
     kind = file.get("tokenizer.ggml.model")
     if kind == "llama":
         from . import sentencepiece
         return sentencepiece.from_gguf(file)
-    if kind != "gpt2":
-        raise ValueError(f"{file.path}: tokenizer.ggml.model {kind!r} is neither a byte-level BPE "
-                         "(\"gpt2\") nor a SentencePiece vocabulary (\"llama\"), the kinds silkattn builds")
-    return BytePair(_bpe(file))
+    builders = {"gpt2": _bpe, "gemma4": _gemma4, "bert": _wordpiece}
+    if kind not in builders:
+        raise ValueError(f"{file.path}: tokenizer.ggml.model {kind!r} is not a kind of vocabulary silkattn "
+                         f"builds (it builds {', '.join(['llama', *builders])})")
+    return Vocabulary(builders[kind](file))
 
 
-class BytePair:
+class Vocabulary:
     """A tokenizers.Tokenizer behind the interface tokenizer() gives."""
 
     def __init__(self, tok):
-        self.tok = tok
+        self.tok, self._plain = tok, None
 
     def encode(self, text, special=True):
+        """special: control tokens written in the text are matched (False: spelt out as text, as
+        llama.cpp's parse_special=false; user-defined tokens are matched either way)."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
-        return self.tok.encode(text, add_special_tokens=False).ids
+        if special:
+            return self.tok.encode(text, add_special_tokens=False).ids
+        if self._plain is None:  # a copy that spells them out, made once where asked for
+            plain = type(self.tok).from_str(self.tok.to_str())
+            plain.encode_special_tokens = True
+            self._plain = plain
+        return self._plain.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids, skip_special_tokens=False):
         return self.tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
@@ -129,34 +133,90 @@ class _BytePairStream:
         return self.decoder.step(self.tok, int(i))
 
 
-def _bpe(file):
-    """A tokenizers.Tokenizer from the file's byte-level BPE: its tokens, merges and pre-tokenizer,
-    the control tokens as special tokens."""
+def _tokenizers():
     try:
-        from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+        import tokenizers
     except ImportError as e:
         raise ImportError("the GGUF tokenizer needs the tokenizers package: "
                           "pip install \"silkattn[llm]\"") from e
-    pre = file.get("tokenizer.ggml.pre", "default")
-    if pre not in PRE_TOKENIZERS:
-        raise ValueError(f"{file.path}: unknown pre-tokenizer {pre!r} "
-                         f"(silkattn knows {', '.join(PRE_TOKENIZERS)})")
-    tokens, merges = list(file.get("tokenizer.ggml.tokens")), list(file.get("tokenizer.ggml.merges"))
-    types = list(file.get("tokenizer.ggml.token_type", [1] * len(tokens)))
-    vocab = {token: i for i, token in enumerate(tokens)}
-    bpe = models.BPE(vocab=vocab, merges=[tuple(m.split(" ", 1)) for m in merges], fuse_unk=False)
-    tok = Tokenizer(bpe)
-    digits, split = PRE_TOKENIZERS[pre]
-    steps = [pre_tokenizers.Digits(individual_digits=True)] if digits == "digits" else []
-    steps += [pre_tokenizers.Split(Regex(split), behavior="isolated"),
-              pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
-    tok.pre_tokenizer = pre_tokenizers.Sequence(steps)
-    tok.decoder = decoders.ByteLevel()
+    return tokenizers
+
+
+def _vocabulary(file):  # -> tokens, token types
+    tokens = list(file.get("tokenizer.ggml.tokens"))
+    return tokens, list(file.get("tokenizer.ggml.token_type", [1] * len(tokens)))
+
+
+def _add_special(tok, tokens, types):
+    """The control tokens as special tokens, the user-defined ones as added tokens: matched whole
+    in a text before the model's pieces."""
+    from tokenizers import AddedToken
     tok.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False)
                             for i, t in enumerate(types) if t == CONTROL])
     tok.add_tokens([AddedToken(tokens[i], normalized=False)
                     for i, t in enumerate(types) if t == USER_DEFINED])
     return tok
+
+
+def _merges(file):
+    return [tuple(m.split(" ", 1)) for m in file.get("tokenizer.ggml.merges")]
+
+
+def _bpe(file):
+    """Byte-level BPE: the file's tokens, merges and pre-tokenizer (pretokenizers.PRE_TOKENIZERS)."""
+    tk = _tokenizers()
+    name = file.get("tokenizer.ggml.pre", "default")
+    if name not in PRE_TOKENIZERS:
+        why = REFUSED.get(name, "llama.cpp does not know it either")
+        raise ValueError(f"{file.path}: the pre-tokenizer {name!r} (tokenizer.ggml.pre) is not one silkattn "
+                         f"runs: {why}")
+    pre = PRE_TOKENIZERS[name]
+    tokens, types = _vocabulary(file)
+    bpe = tk.models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=_merges(file), fuse_unk=False,
+                        ignore_merges=pre.ignore_merges)
+    tok = tk.Tokenizer(bpe)
+    steps = [tk.pre_tokenizers.Split(tk.Regex(regex), behavior="isolated") for regex in pre.regexes]
+    tok.pre_tokenizer = tk.pre_tokenizers.Sequence(
+        steps + [tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = tk.decoders.ByteLevel()
+    return _add_special(tok, tokens, types)
+
+
+def _gemma4(file):
+    """Gemma 4's BPE (llama.cpp's pre-tokenizer "gemma4"): over UTF-8 itself, spaces written as
+    U+2581, the text cut into runs of newlines and runs of anything else, a character outside the
+    vocabulary as its bytes' <0xXX> tokens."""
+    tk = _tokenizers()
+    tokens, types = _vocabulary(file)
+    bpe = tk.models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=_merges(file), fuse_unk=False,
+                        byte_fallback=True)
+    tok = tk.Tokenizer(bpe)
+    tok.normalizer = tk.normalizers.Replace(" ", SPACE)
+    tok.pre_tokenizer = tk.pre_tokenizers.Split(tk.Regex(r"[^\n]+|[\n]+"), behavior="isolated")
+    tok.decoder = tk.decoders.Sequence([tk.decoders.Replace(SPACE, " "), tk.decoders.ByteFallback(),
+                                        tk.decoders.Fuse()])
+    return _add_special(tok, tokens, types)
+
+
+def _wordpiece(file):
+    """BERT's WordPiece as llama.cpp's converter writes it: a piece that begins a word carries
+    U+2581 in front, one that continues a word nothing (WordPiece's "##" the other way round);
+    lower case and accents stripped unless tokenizer.ggml.normalizer.* say otherwise."""
+    tk = _tokenizers()
+    tokens, types = _vocabulary(file)
+    vocab = {}
+    for i, (t, kind) in enumerate(zip(tokens, types)):
+        piece = t if kind == CONTROL else t[1:] if t.startswith(SPACE) else "##" + t
+        vocab.setdefault(piece, i)
+    unk = tokens[int(file.get("tokenizer.ggml.unknown_token_id", 100))]
+    tok = tk.Tokenizer(tk.models.WordPiece(vocab=vocab, unk_token=unk, max_input_chars_per_word=10 ** 9))
+    lowercase = bool(file.get("tokenizer.ggml.normalizer.lowercase", True))
+    strip = bool(file.get("tokenizer.ggml.normalizer.strip_accents", lowercase))
+    tok.normalizer = tk.normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                                   strip_accents=strip, lowercase=lowercase)
+    tok.pre_tokenizer = tk.pre_tokenizers.BertPreTokenizer()
+    tok.decoder = tk.decoders.WordPiece()
+    return _add_special(tok, tokens, types)
 
 
 # ---------------------------------------------------------------- the chat template

@@ -58,7 +58,7 @@ class SentencePiece:
 
     def _partition(self, text, special):
         """text cut at the special pieces: a list of str (text) and int (a special piece's id)."""
-        parts = [text]
+        parts = [text] if text else []  # the empty text is no tokens, not the space prefix's
         for piece, i, user in self._specials:
             if not (user or special):
                 continue
