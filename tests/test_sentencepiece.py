@@ -169,3 +169,12 @@ def test_a_cut_header_is_refused_where_it_ends(tmp_path):
     bad.write_bytes(b"GGUF" + (7).to_bytes(4, "little") + data[8:])
     with pytest.raises(ValueError, match="GGUF version 7"):
         GGUFFile(str(bad))
+
+
+def test_a_piece_with_a_space_inside_keeps_its_text_whole():
+    """encode cuts a run before a space only where no piece spans such a cut: "c\u2581a" is one."""
+    sp = vocabulary(**{"c" + S + "a": (-0.5, spm.NORMAL)})
+    assert pieces(sp, sp.encode("c a")) == ["c" + S + "a"]
+    assert pieces(sp, sp.encode("b a c a")) == ["b", S + "a", S, "c" + S + "a"]
+    assert pieces(vocabulary(), vocabulary().encode("c a")) == ["c", S + "a"]
+    assert sp.encode("c a c a") == sp.encode("c a c a")  # the second time from the parts it kept
