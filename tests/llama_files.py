@@ -2,6 +2,8 @@
 downloaded model: random weights in any tensor type, a byte-level vocabulary, a ChatML template."""
 import numpy as np
 
+from silkattn.models.family import ARCHITECTURES, Architecture
+
 TEMPLATE = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
             "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
             "{% endif %}")
@@ -19,7 +21,8 @@ def vocabulary():
 
 def weights(d=64, h=4, h_kv=2, d_ff=96, n_layers=2, vocab=None, seed=0, tied=True, arch="llama", d_head=None):
     """{tensor name: float32 array in numpy's order (rows = outputs)}, as a converter writes them;
-    the architecture's own tensors too (qwen2: Q/K/V biases; gemma3: QK-norms, sandwich norms)."""
+    the architecture's own tensors too (qwen2: Q/K/V biases; qwen3 and gemma3: QK-norms; gemma3:
+    sandwich norms)."""
     rng = np.random.default_rng(seed)
     vocab = vocab or len(vocabulary()[0])
     d_head = d_head or d // h
@@ -39,10 +42,12 @@ def weights(d=64, h=4, h_kv=2, d_ff=96, n_layers=2, vocab=None, seed=0, tied=Tru
             t.update({f"blk.{i}.attn_q.bias": 0.5 * w(h * d_head),
                       f"blk.{i}.attn_k.bias": 0.5 * w(h_kv * d_head),
                       f"blk.{i}.attn_v.bias": 0.5 * w(h_kv * d_head)})
-        if arch == "gemma3":
+        family = ARCHITECTURES.get(arch, Architecture())
+        if family.qk_norm:
             t.update({f"blk.{i}.attn_q_norm.weight": 1 + 0.1 * w(d_head),
-                      f"blk.{i}.attn_k_norm.weight": 1 + 0.1 * w(d_head),
-                      f"blk.{i}.post_attention_norm.weight": 1 + 0.1 * w(d),
+                      f"blk.{i}.attn_k_norm.weight": 1 + 0.1 * w(d_head)})
+        if family.sandwich:
+            t.update({f"blk.{i}.post_attention_norm.weight": 1 + 0.1 * w(d),
                       f"blk.{i}.post_ffw_norm.weight": 1 + 0.1 * w(d)})
     if not tied:
         t["output.weight"] = w(vocab, d)

@@ -1,8 +1,8 @@
 """The family (models/family.py) on small GGUF files of each architecture written here: qwen2 (Q/K/V
-biases, half-split rotary rows), gemma3 (QK-norm, sandwich norms, GeGLU, sqrt(d) embeddings, a
-sliding window on five layers of six with their own rope base, heads wider than d / h) and llama,
-in float and block types, against reference.llama on every backend; what the config reads; and
-the files and keys it refuses."""
+biases, half-split rotary rows), qwen3 (QK-norm, no biases, heads wider than d / h), gemma3 (QK-norm,
+sandwich norms, GeGLU, sqrt(d) embeddings, a sliding window on five layers of six with their own
+rope base, heads wider than d / h) and llama, in float and block types, against reference.llama on
+every backend; what the config reads; and the files and keys it refuses."""
 import numpy as np
 import pytest
 
@@ -21,8 +21,9 @@ from silkattn.models.gguf import GGUFFile  # noqa: E402
 
 import llama_files  # noqa: E402
 
-# sizes a block type's rows fit (K-quants: rows of 256); gemma3's heads (128) wider than d / h (64)
+# sizes a block type's rows fit (K-quants: rows of 256); qwen3's and gemma3's heads (128) wider than d / h
 SIZES = {"qwen2": dict(d=256, h=4, h_kv=2, d_ff=256), "llama": dict(d=256, h=4, h_kv=2, d_ff=256),
+         "qwen3": dict(d=256, h=4, h_kv=2, d_head=128, d_ff=256),
          "gemma3": dict(d=256, h=4, h_kv=2, d_head=128, d_ff=512, n_layers=6, window=5, rope_base=1e6)}
 # one file of each architecture and type; "mixed": Q5_0 Q and K, Q8_0 V, Q4_K output, Q6_K down (the
 # Gemma 3 file's own mix, so the joined Q|K|V and gate|up keep parts of two types)
@@ -165,7 +166,7 @@ def test_another_architecture_s_tensor_is_refused(tmp_path):
 def test_architectures_outside_the_family_are_refused(tmp_path):
     path = str(tmp_path / "bad.gguf")
     llama_files.write(path, "F32", arch="phi3")
-    with pytest.raises(ValueError, match="architecture 'phi3'.*'llama', 'qwen2', 'gemma3'"):
+    with pytest.raises(ValueError, match="architecture 'phi3'.*'llama', 'qwen2', 'qwen3', 'gemma3'"):
         llama.load(path)
 
 

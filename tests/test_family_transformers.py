@@ -1,4 +1,4 @@
-"""Small llama3 and qwen2 files, in F32 and each K-quant, against transformers' forward of the same
+"""Small llama3, qwen2 and qwen3 files, in F32 and each K-quant, against transformers' forward of the same
 file (transformers dequantizes it to float32): logits within 1e-5 of the largest. llama3 here is a
 llama file with Llama 3.1's rope_freqs tensor, its factors from transformers' own "llama3" rope
 parameters, which the transformers model is then given (its GGUF loader does not read the tensor).
@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch", reason="pip install torch==2.13.0 (the CPU 
 transformers = pytest.importorskip("transformers", reason="pip install transformers accelerate")
 pytest.importorskip("accelerate", reason="pip install accelerate (transformers' GGUF loading needs it)")
 
+from silkattn._testing import EXACT  # noqa: E402
 from silkattn.models import llama  # noqa: E402
 
 import llama_files  # noqa: E402
@@ -47,7 +48,7 @@ def _transformers_logits(path, ids, rope=None):
 
 
 @pytest.mark.parametrize("kind", ["F32", "Q4_K", "Q5_K", "Q6_K"])
-@pytest.mark.parametrize("arch", ["llama3", "qwen2"])
+@pytest.mark.parametrize("arch", ["llama3", "qwen2", "qwen3"])
 def test_small_files_match_transformers(tmp_path, arch, kind, on_backend):
     path = str(tmp_path / f"{arch}-{kind}.gguf")
     if arch == "llama3":
@@ -56,9 +57,9 @@ def test_small_files_match_transformers(tmp_path, arch, kind, on_backend):
         tensors = dict(llama_files.weights(**{k: SIZES[k] for k in ("d", "h", "h_kv", "d_ff", "n_layers")}),
                        **{"rope_freqs.weight": factors})
         llama_files.write(path, kind, pre="llama-bpe", tensors=tensors, **SIZES)
-    else:
-        llama_files.write(path, kind, arch="qwen2", **SIZES)
+    else:  # qwen3: heads of 128 (attention.key_length), not d / h
+        llama_files.write(path, kind, arch=arch, **SIZES, **({"d_head": 128} if arch == "qwen3" else {}))
     theirs = _transformers_logits(path, IDS, LLAMA3 if arch == "llama3" else None)
-    ours = llama.load(path).forward(IDS)
+    ours = llama.load(path, **EXACT).forward(IDS)  # the float32 path: load's defaults round to 8 and 16 bits
     assert np.abs(ours - theirs).max() <= 1e-5 * np.abs(theirs).max()
     assert (ours.argmax(-1) == theirs.argmax(-1)).all()

