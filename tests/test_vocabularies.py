@@ -93,3 +93,62 @@ def test_control_tokens_in_a_text_are_matched_unless_special_is_false():
     spelt = tok.encode(text, special=False)
     assert 151644 not in spelt and len(spelt) > len(ids)
     assert tok.decode(spelt) == tok.decode(ids) == text
+
+
+def _vocabulary_file(path, model, tokens, types, merges=None, **keys):
+    """A vocabulary-only GGUF file, as llama.cpp's converter writes one (tokenizer.ggml.* keys)."""
+    from gguf import GGUFWriter
+    writer = GGUFWriter(path, "llama")
+    writer.add_tokenizer_model(model)
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    if merges is not None:
+        writer.add_token_merges(merges)
+    for key, value in keys.items():
+        writer.add_uint32(f"tokenizer.ggml.{key}", value)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return gguf.GGUFFile(path)
+
+
+def test_wordpiece_files_take_the_longest_piece_lower_cased_without_accents(tmp_path):
+    """BERT's WordPiece as the converter writes it: U+2581 before a piece that begins a word."""
+    S = "\u2581"
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", S + "hello", S + "world", S + "un", "aff", "able", S + "!",
+              S + "una", "f"]
+    types = [3, 3, 3, 3] + [1] * (len(tokens) - 4)
+    f = _vocabulary_file(str(tmp_path / "wpm.gguf"), "bert", tokens, types, unknown_token_id=1)
+    tok = gguf.tokenizer(f)
+    ids = {t: i for i, t in enumerate(tokens)}
+    assert tok.encode("Hello  wörld!") == [ids[S + "hello"], ids[S + "world"], ids[S + "!"]]
+    # the longest piece at each point, as llama.cpp and WordPiece take them: "una", then "f", "f",
+    # "able" (not "un" + "aff" + "able")
+    assert tok.encode("unaffable") == [ids[S + "una"], ids["f"], ids["f"], ids["able"]]
+    assert tok.encode("xyz hello") == [1, ids[S + "hello"]]  # a word it cannot spell: [UNK] alone
+    assert tok.decode([ids[S + "una"], ids["f"], ids["f"], ids["able"]]) == "unaffable"
+    assert tok.encode("[CLS] hello") == [2, ids[S + "hello"]]
+
+
+def test_gemma4_files_join_utf8_pieces_and_spell_the_rest_in_bytes(tmp_path):
+    """Gemma 4's BPE: spaces as U+2581, runs of newlines apart, a character outside the vocabulary
+    as its bytes' <0xXX> pieces."""
+    S = "\u2581"
+    tokens = ["<pad>", "<eos>", "<bos>", "<unk>", S, "a", "b", S + "a", "ab", "\n", "\n\n"] + \
+        [f"<0x{b:02X}>" for b in range(256)]
+    types = [3, 3, 3, 3] + [1] * 7 + [6] * 256
+    f = _vocabulary_file(str(tmp_path / "g4.gguf"), "gemma4", tokens, types,
+                         merges=[f"{S} a", "a b", "\n \n"])
+    tok = gguf.tokenizer(f)
+    ids = {t: i for i, t in enumerate(tokens)}
+    assert tok.encode("a ab\n\nb") == [ids["a"], ids[S + "a"], ids["b"], ids["\n\n"], ids["b"]]
+    assert tok.encode("ab") == [ids["ab"]]
+    assert tok.encode("é") == [ids["<0xC3>"], ids["<0xA9>"]]
+    assert tok.decode(tok.encode("a ab\n\né")) == "a ab\n\né"
+
+
+def test_a_kind_of_vocabulary_silkattn_does_not_build_is_refused_naming_it(tmp_path):
+    f = _vocabulary_file(str(tmp_path / "t5.gguf"), "t5", ["<pad>", "a"], [3, 1])
+    with pytest.raises(ValueError, match="tokenizer.ggml.model 't5'"):
+        gguf.tokenizer(f)
