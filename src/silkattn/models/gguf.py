@@ -1,7 +1,8 @@
 """GGUF files (llama.cpp's format): the header parsed by _gguf_header (the gguf package gives the
 type table and the float dequantize), the metadata, the tensors dequantized to float32, the
-tokenizers (byte-level BPE built with the `tokenizers` package from the file's vocabulary and
-merges; SentencePiece in tokenizer.py) and the chat template (rendered with jinja2).
+tokenizers (byte-level BPE under the pre-tokenizers of pretokenizers.py, Gemma 4's BPE and
+WordPiece, built with the `tokenizers` package from the file's arrays; SentencePiece in
+sentencepiece.py) and the chat template (rendered with jinja2).
 
 Optional extra: pip install "silkattn[llm]". Every reader error is a ValueError that names the
 file and what it found there.
