@@ -320,7 +320,7 @@ def test_bad_text_arguments(files):
     with pytest.raises(TypeError, match="text"):
         model.tokenize(b"bytes")
     with pytest.raises(TypeError, match="messages"):
-        model.apply_chat_template([{"role": "user"}])
+        model.apply_chat_template([{"content": "hi"}])
     with pytest.raises(TypeError, match="unknown keyword"):
         model.complete("a", 2, temprature=0.5)
 

@@ -45,6 +45,10 @@ def path(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(path):
     """(base URL, app, model) of a live server on 127.0.0.1, stopped after the module."""
+    yield from _serve(path)
+
+
+def _serve(path):
     model = llama.load(path)
     app = serve.create_app(model, NAME, max_batch=4, api_key=KEY)
     port = _free_port()
@@ -210,6 +214,7 @@ def test_stop_strings(server, client):
 
 
 GOOD = {"model": NAME, "prompt": "a", "max_tokens": 4}
+CHAT = {"model": NAME, "messages": [{"role": "user", "content": "a"}], "max_tokens": 4}
 
 
 @pytest.mark.parametrize("route, body, status, param", [
@@ -236,6 +241,20 @@ GOOD = {"model": NAME, "prompt": "a", "max_tokens": 4}
      "messages[0]"),
     ("/v1/chat/completions", {"model": NAME, "messages": [{"role": "user", "content": 3}]}, 400,
      "messages[0]"),
+    ("/v1/chat/completions", {**CHAT, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+     400, "messages[0]"),
+    ("/v1/chat/completions", {**CHAT, "messages": [{"role": "assistant", "content": None}]}, 400,
+     "messages[0]"),
+    ("/v1/chat/completions", {**CHAT, "messages": [{"role": "assistant", "content": None, "tool_calls": [
+        {"type": "function", "function": {"name": "f", "arguments": "{city"}}]}]}, 400,
+     "messages[0].tool_calls"),
+    ("/v1/chat/completions", {**CHAT, "messages": [{"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function"}]}]}, 400, "messages[0].tool_calls"),
+    ("/v1/chat/completions", {**CHAT, "tools": {"get_weather": {}}}, 400, "tools"),
+    ("/v1/chat/completions", {**CHAT, "tools": [{"type": "function", "function": {}}]}, 400, "tools"),
+    ("/v1/chat/completions", {**CHAT, "chat_template_kwargs": ["enable_thinking"]}, 400,
+     "chat_template_kwargs"),
+    ("/v1/chat/completions", {**CHAT, "reasoning_format": "deepseek"}, 400, "reasoning_format"),
 ])
 def test_bad_requests_get_openai_errors(server, route, body, status, param):
     got, answer = _raw(server, "POST", route, body)
@@ -347,3 +366,63 @@ def test_sigint_stops_the_server(path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+# A template that shows the tools it is given and a tool call's arguments, and opens the reply's
+# <think> block unless enable_thinking is false: the tiny model's (random) reply never closes it.
+THINKING = ("{% if tools %}[{{ tools | map(attribute='function.name') | join(',') }}]{% endif %}"
+            "{% for m in messages %}<{{ m.role }}>{{ m.content }}"
+            "{% for c in m.tool_calls or [] %}({{ c.function.arguments.city }}){% endfor %}{% endfor %}"
+            "{% if add_generation_prompt %}:{% if enable_thinking is false %}<think></think>"
+            "{% else %}<think>\n{% endif %}{% endif %}")
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+
+
+@pytest.fixture(scope="module")
+def thinking_server(tmp_path_factory):
+    p = str(tmp_path_factory.mktemp("serve") / "thinks.gguf")
+    llama_files.write(p, "Q8_0", context=128, template=THINKING)
+    yield from _serve(p)
+
+
+def _chat(server, **fields):  # -> the whole answer's message, its usage
+    status, answer = _raw(server, "POST", "/v1/chat/completions",
+                          {"model": NAME, "max_tokens": 6, "temperature": 0, **fields})
+    assert status == 200, answer
+    return answer["choices"][0]["message"], answer["usage"]
+
+
+def test_a_thinking_models_reasoning_comes_apart(thinking_server):
+    model, m = thinking_server[2], [{"role": "user", "content": "hi"}]
+    expected = model.chat(m, 6)
+    message, _ = _chat(thinking_server, messages=m)
+    assert message["content"] == "" and message["reasoning_content"] == expected.reasoning_content != ""
+    client = openai.OpenAI(base_url=thinking_server[0] + "/v1", api_key=KEY, timeout=TIMEOUT, max_retries=0)
+    chunks = list(client.chat.completions.create(model=NAME, messages=m, max_tokens=6, temperature=0,
+                                                 stream=True))
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    assert "".join((d.model_extra or {}).get("reasoning_content") or "" for d in deltas) == \
+        expected.reasoning_content
+    assert "".join(d.content or "" for d in deltas) == ""
+    whole, _ = _chat(thinking_server, messages=m, reasoning_format="none")
+    assert whole["content"] == model.chat(m, 6, reasoning_format="none") and "reasoning_content" not in whole
+
+
+def test_tools_and_template_keywords_reach_the_template(thinking_server):
+    model, m = thinking_server[2], [{"role": "user", "content": "hi"}]
+    plain, _ = _chat(thinking_server, messages=m, chat_template_kwargs={"enable_thinking": False})
+    expected = model.chat(m, 6, template_kwargs={"enable_thinking": False})
+    assert plain["content"] == expected and expected.reasoning_content is None
+    _, usage = _chat(thinking_server, messages=m, tools=TOOLS)
+    assert usage["prompt_tokens"] == len(model.prompt_ids(model.apply_chat_template(m, tools=TOOLS)))
+    assert usage["prompt_tokens"] > len(model.prompt_ids(model.apply_chat_template(m)))
+    # OpenAI sends a tool call's arguments as JSON text; the template reads them as an object
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
+    turns = m + [{"role": "assistant", "content": None, "tool_calls": [call]},
+                 {"role": "tool", "tool_call_id": "c1", "content": "3 C"}]
+    _, usage = _chat(thinking_server, messages=turns, tools=TOOLS)
+    decoded = {**call, "function": {**call["function"], "arguments": {"city": "Oslo"}}}
+    as_object = [{**t, "tool_calls": [decoded]} if t.get("tool_calls") else t for t in turns]
+    prompt = model.apply_chat_template(as_object, tools=TOOLS)
+    assert "(Oslo)" in prompt and usage["prompt_tokens"] == len(model.prompt_ids(prompt))

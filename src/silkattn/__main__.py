@@ -60,9 +60,35 @@ def _threads(n):
 
 
 def _stream_answer(model, messages, args):
-    """Stream the model's answer to stdout; returns the answer."""
-    pieces = model.chat(messages, args.max_new_tokens, stream=True, **_sampling(args))
-    return _print_stream(pieces)
+    """Stream the model's answer to stdout, a thinking model's reasoning between <think> and
+    </think> before it; returns the answer's message (its reasoning apart)."""
+    pieces = model.chat(messages, args.max_new_tokens, stream=True, template_kwargs=args.chat_template_kwargs,
+                        **_sampling(args))
+    answer, thought = [], []
+    for piece in pieces:
+        if piece.field == "reasoning_content":
+            print("<think>\n" if not thought else "", piece, sep="", end="", flush=True)
+            thought.append(piece)
+            continue
+        if thought and not answer:
+            print("\n</think>\n", end="")
+        answer.append(piece)
+        print(piece, end="", flush=True)
+    print("\n</think>" if thought and not answer else "", flush=True)  # before the stats line on stderr
+    message = {"role": "assistant", "content": "".join(answer)}
+    return {**message, "reasoning_content": "".join(thought)} if thought else message
+
+
+def _json_object(text):  # argparse type: a JSON object
+    import argparse
+    import json
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object, e.g. '{\"enable_thinking\": false}'")
+    return value
 
 
 def _sampling(args):
@@ -119,7 +145,7 @@ def chat(args):
                 print()
                 return
             messages.append({"role": "user", "content": line})
-            messages.append({"role": "assistant", "content": _stream_answer(model, messages, args)})
+            messages.append(_stream_answer(model, messages, args))
             _stats_line(model)
 
 
@@ -400,6 +426,8 @@ def main(argv=None):
                        "default); without a prompt, a conversation on stdin")
     c.add_argument("prompt", nargs="?", help="the user's message (none: read turns from stdin)")
     c.add_argument("--system", help="a system message (default: the template's own)")
+    c.add_argument("--chat-template-kwargs", type=_json_object, default=None, metavar="JSON",
+                   help='keywords for the chat template, e.g. \'{"enable_thinking": false}\' (Qwen3)')
     _generation_flags(c)
     t = sub.add_parser("complete", help="continue a text with a GGUF model (base models too), or with a "
                        "byte model `train` wrote (--checkpoint DIR)")

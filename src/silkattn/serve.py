@@ -7,7 +7,12 @@
 
 Both POSTs take the OpenAI fields model, max_tokens (chat: or max_completion_tokens), temperature,
 top_p, seed, stop (a string or up to 4), n (1), stream, stream_options.include_usage, and top_k (an
-extension); other fields are ignored. stream: server-sent events, one chunk a piece of text, the last
+extension). Chat also takes tools (handed to the chat template, the file's tool_use one where it has
+it), chat_template_kwargs (keywords for the template, e.g. {"enable_thinking": false}), messages'
+tool_calls, tool_call_id, name and reasoning_content, and reasoning_format: "auto" (the default)
+returns a thinking model's <think> block apart, as message.reasoning_content (streamed as
+delta.reasoning_content), "none" leaves it in the content. Other fields are ignored.
+stream: server-sent events, one chunk a piece of text, the last
 with its finish_reason, then "data: [DONE]". usage.prompt_tokens_details.cached_tokens: the prompt
 tokens whose keys were copied from another sequence whose prompt began alike, running or ended
 (models.batch.shares), not computed again. A request the server cannot run never reaches the model:
@@ -32,6 +37,7 @@ import time
 import uuid
 
 from .models import batch as _batch
+from .models import reasoning as _reasoning
 
 GRACE = 10  # seconds uvicorn waits on SIGINT for the running requests before cancelling them
 POLL = 0.5  # seconds between looks at a non-streaming request's connection (a stream's write fails)
@@ -192,19 +198,18 @@ def parse(body, model, name, chat):
     if requested != name:
         raise RequestError(404, f"The model '{requested}' does not exist; this server has '{name}'", "model",
                            "model_not_found")
+    thinking = None
     if chat:
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise RequestError(400, "'messages' is required: a non-empty list of {role, content}", "messages")
-        for i, m in enumerate(messages):
-            if not (isinstance(m, dict) and m.get("role") in ("system", "user", "assistant")
-                    and isinstance(m.get("content"), str)):
-                raise RequestError(400, f"messages[{i}] must be an object with a role of system, user or "
-                                   "assistant and a string content", f"messages[{i}]")
+        messages, tools = _messages(body), _tools(body)
+        kwargs = _field(body, "chat_template_kwargs", (dict,), {})
+        reasoning_format = _field(body, "reasoning_format", (str,), "auto", lambda v: v in _reasoning.FORMATS,
+                                  f"'reasoning_format' must be one of {', '.join(_reasoning.FORMATS)}")
         try:
-            text = model.apply_chat_template([{"role": m["role"], "content": m["content"]} for m in messages])
-        except ValueError as e:
+            text = model.apply_chat_template(messages, tools=tools, **kwargs)
+        except (TypeError, ValueError) as e:
             raise RequestError(400, str(e), "messages") from None
+        if reasoning_format == "auto" and _reasoning.template_thinks(model._template.source_for(tools)):
+            thinking = _reasoning.prompt_opens_reasoning(text)
         where = "messages"
     else:
         prompt = body.get("prompt")
@@ -236,7 +241,73 @@ def parse(body, model, name, chat):
                            f"{len(ids)} and {new} more were asked", where, "context_length_exceeded")
     if any(t >= model.config.vocab for t in ids):
         raise RequestError(400, f"the {where} has a token outside the vocabulary", where)
-    return ids, new, sampling, _stops(body), stream, bool(options.get("include_usage", False))
+    return ids, new, sampling, _stops(body), stream, bool(options.get("include_usage", False)), thinking
+
+
+ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+def _messages(body):
+    """The request's messages as the chat template takes them: content parts of type text joined
+    into one string (no other kind is served), a tool call's arguments (OpenAI sends a JSON string)
+    decoded into the object templates expect; anything malformed a 400 naming where."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise RequestError(400, "'messages' is required: a non-empty list of {role, content}", "messages")
+    out = []
+    for i, m in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict) or m.get("role") not in ROLES:
+            raise RequestError(400, f"{where} must be an object with a role of {', '.join(ROLES)}", where)
+        content = m.get("content")
+        if isinstance(content, list):
+            if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+                       for p in content):
+                raise RequestError(400, f"{where}.content: only parts of type text are served", where)
+            content = "".join(p["text"] for p in content)
+        elif content is not None and not isinstance(content, str):
+            raise RequestError(400, f"{where}.content must be a string, a list of text parts or null", where)
+        if content is None and not m.get("tool_calls"):
+            raise RequestError(400, f"{where} has no content", where)
+        m = {**m, "content": content}
+        if m.get("tool_calls") is not None:
+            m["tool_calls"] = _tool_calls(m["tool_calls"], f"{where}.tool_calls")
+        for key in ("name", "tool_call_id", "reasoning_content"):
+            if m.get(key) is not None and not isinstance(m[key], str):
+                raise RequestError(400, f"{where}.{key} must be a string", where)
+        out.append(m)
+    return out
+
+
+def _tool_calls(calls, where):
+    if not isinstance(calls, list):
+        raise RequestError(400, f"{where} must be a list", where)
+    out = []
+    for j, call in enumerate(calls):
+        f = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(f, dict) or not isinstance(f.get("name"), str):
+            raise RequestError(400, f"{where}[{j}] must be an object with a function {{name, arguments}}",
+                               where)
+        arguments = f.get("arguments", {})
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except ValueError:
+                raise RequestError(400, f"{where}[{j}].function.arguments is not valid JSON", where) from None
+        out.append({**call, "function": {**f, "arguments": arguments}})
+    return out
+
+
+def _tools(body):
+    tools = body.get("tools")
+    if tools is None:
+        return None
+    if not isinstance(tools, list) or not all(
+            isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("function"), dict)
+            and isinstance(t["function"].get("name"), str) for t in tools):
+        raise RequestError(400, "'tools' must be a list of {\"type\": \"function\", "
+                           "\"function\": {name, ...}}", "tools")
+    return tools or None
 
 
 class _Server:
@@ -281,21 +352,24 @@ class _Server:
                 body = json.loads(await request.body())
             except ValueError:
                 raise RequestError(400, "the body is not valid JSON") from None
-            ids, new, sampling, stops, stream, include_usage = parse(body, self.model, self.name, chat)
+            ids, new, sampling, stops, stream, include_usage, thinking = parse(body, self.model, self.name,
+                                                                               chat)
         except RequestError as e:
             return self.error(e)
         loop, events = asyncio.get_running_loop(), asyncio.Queue()
         handle = self.engine.submit(ids, new, sampling,
                                     lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev))
-        reply = _Reply(self, chat, handle, events, _Text(self.model, stops), len(ids))
+        reply = _Reply(self, chat, handle, events, _Text(self.model, stops), len(ids), thinking)
         return reply.streamed(include_usage) if stream else await reply.whole(request)
 
 
 class _Reply:
     """One request's answer as the engine's events come: streamed chunks, or the whole of it."""
 
-    def __init__(self, server, chat, handle, events, text, prompt_tokens):
+    def __init__(self, server, chat, handle, events, text, prompt_tokens, thinking=None):
         self.server, self.chat, self.handle, self.events, self.text = server, chat, handle, events, text
+        # thinking: None, the reply not split; else whether it begins inside the prompt's <think>
+        self.thinking = thinking
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         self.created, self.kind = int(time.time()), "chat.completion" if chat else "text_completion"
         self.usage = {"prompt_tokens": prompt_tokens, "completion_tokens": 0, "total_tokens": prompt_tokens,
@@ -327,9 +401,9 @@ class _Reply:
             if reason is None:  # the client went away: free its slot at the next step
                 self.server.engine.cancel(self.handle)
 
-    def chunk(self, piece, reason, first=False):
+    def chunk(self, piece, reason, first=False, field="content"):
         if self.chat:
-            delta = {"role": "assistant", "content": ""} if first else {"content": piece} if piece else {}
+            delta = {"role": "assistant", "content": ""} if first else {field: piece} if piece else {}
             choice = {"index": 0, "delta": delta, "finish_reason": reason, "logprobs": None}
         else:
             choice = {"index": 0, "text": piece, "finish_reason": reason, "logprobs": None}
@@ -343,7 +417,12 @@ class _Reply:
             if self.chat:
                 yield f"data: {json.dumps(self.chunk('', None, first=True))}\n\n"
             try:
+                splitter = None if self.thinking is None else _reasoning.Splitter(self.thinking)
                 async for piece, reason in self.pieces():
+                    if splitter is not None:  # the reasoning's pieces and the answer's, apart
+                        for field, part in splitter.feed(piece) + (splitter.finish() if reason else []):
+                            yield f"data: {json.dumps(self.chunk(part, None, field=field))}\n\n"
+                        piece = ""
                     if piece or reason:
                         yield f"data: {json.dumps(self.chunk(piece, reason))}\n\n"
             except RequestError as e:  # OpenAI's streams carry an error as an event
@@ -374,7 +453,13 @@ class _Reply:
         finally:
             await gen.aclose()
         content = "".join(parts)
-        choice = ({"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": reason,
+        message = {"role": "assistant", "content": content}
+        if self.thinking is not None:
+            reply = _reasoning.split(content, self.thinking)
+            message["content"] = str(reply)
+            if reply.reasoning_content is not None:
+                message["reasoning_content"] = reply.reasoning_content
+        choice = ({"index": 0, "message": message, "finish_reason": reason,
                    "logprobs": None} if self.chat else
                   {"index": 0, "text": content, "finish_reason": reason, "logprobs": None})
         return JSONResponse({"id": self.id, "object": self.kind, "created": self.created,

@@ -7,8 +7,6 @@ sentencepiece.py) and the chat template (rendered with jinja2).
 Optional extra: pip install "silkattn[llm]". Every reader error is a ValueError that names the
 file and what it found there.
 """
-import datetime
-import json
 import os
 
 import numpy as np
@@ -223,31 +221,28 @@ def _wordpiece(file):
 # ---------------------------------------------------------------- the chat template
 
 def chat_template(file):
-    """The file's chat template (tokenizer.chat_template) as a render(messages, add_generation_prompt)
-    function, in the jinja2 environment transformers renders templates in; None without a template."""
+    """The file's chat templates (tokenizer.chat_template, and tokenizer.chat_template.<name> for
+    each name tokenizer.chat_templates lists, e.g. tool_use) as a ChatTemplate that writes the
+    file's special tokens; None without a template."""
     source = file.get("tokenizer.chat_template", None)
     if source is None:
         return None
-    try:
-        import jinja2.ext
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-    except ImportError as e:
-        raise ImportError("chat templates need jinja2: pip install \"silkattn[llm]\"") from e
+    from .chat_template import ChatTemplate
 
-    def raise_exception(message):
-        raise jinja2.exceptions.TemplateError(message)
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[jinja2.ext.loopcontrols])
-    env.filters["tojson"] = lambda x, indent=None, **kw: json.dumps(x, ensure_ascii=False, indent=indent)
-    env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
-    template = env.from_string(source)
+    named = {name: file.get(f"tokenizer.chat_template.{name}")
+             for name in file.get("tokenizer.chat_templates", [])
+             if f"tokenizer.chat_template.{name}" in file.meta}
     tokens = file.get("tokenizer.ggml.tokens")
-    special = {name: tokens[file.meta[f"tokenizer.ggml.{name}_id"]] for name in ("bos_token", "eos_token")
-               if f"tokenizer.ggml.{name}_id" in file.meta}
+    special = {}
+    for name, key in SPECIAL_TOKEN_KEYS:
+        i = file.get(f"tokenizer.ggml.{key}", None)
+        if i is not None and 0 <= int(i) < len(tokens):
+            special[name] = tokens[int(i)]
+    return ChatTemplate(source, special, named)
 
-    def render(messages, add_generation_prompt=True, **extra):
-        return template.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                               **special, **extra)
-    return render
+
+# the names a template knows the special tokens by (transformers' special_tokens_map), and the
+# GGUF key of each one's id
+SPECIAL_TOKEN_KEYS = (("bos_token", "bos_token_id"), ("eos_token", "eos_token_id"),
+                      ("unk_token", "unknown_token_id"), ("sep_token", "seperator_token_id"),
+                      ("pad_token", "padding_token_id"), ("mask_token", "mask_token_id"))

@@ -31,7 +31,7 @@ import numpy as np
 from .. import _aligned, _backends, _plan, ops, quant
 from .. import _checks as check
 from .. import reference as ref
-from . import batch, gguf
+from . import batch, gguf, reasoning
 from .family import FamilyConfig
 
 LlamaConfig = FamilyConfig  # the config of every architecture of the family (models/family.py)
@@ -187,15 +187,15 @@ class Llama:
         return self.tokenizer.decode(self._ids(ids, "ids", allow_empty=True).tolist(),
                                      skip_special_tokens=skip_special_tokens)
 
-    def apply_chat_template(self, messages, add_generation_prompt=True):  # -> str
-        """The file's chat template rendered for messages [{"role": ..., "content": ...}, ...]."""
+    def apply_chat_template(self, messages, add_generation_prompt=True, *, tools=None, documents=None,
+                            **template_kwargs):  # -> str
+        """The file's chat template rendered for messages [{"role": ..., "content": ...}, ...] as
+        transformers' apply_chat_template renders it: tools (JSON schemas; the file's tool_use
+        template where it has one), documents, and keywords the template reads (enable_thinking=...)."""
         if self._template is None:
             raise ValueError(f"{self.path}: the file has no chat template (tokenizer.chat_template)")
-        if not isinstance(messages, (list, tuple)) or not all(
-                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-                for m in messages):
-            raise TypeError("messages must be a list of {\"role\": str, \"content\": str} dicts")
-        return self._template(list(messages), add_generation_prompt=add_generation_prompt)
+        return self._template.render(messages, tools=tools, documents=documents,
+                                     add_generation_prompt=add_generation_prompt, **template_kwargs)
 
     # ---- the forward pass
 
@@ -541,10 +541,25 @@ class Llama:
         if rest:
             yield rest
 
-    def chat(self, messages, max_new_tokens=128, *, stream=False, **sampling):  # -> str, or pieces if stream
-        """The assistant's answer to messages, through the chat template (stream: complete or stream)."""
-        prompt = self.apply_chat_template(messages, add_generation_prompt=True)
-        return (self.stream if stream else self.complete)(prompt, max_new_tokens, **sampling)
+    def chat(self, messages, max_new_tokens=128, *, stream=False, tools=None, template_kwargs=None,
+             reasoning_format="auto", **sampling):  # -> reasoning.Reply, or reasoning.Piece's if stream
+        """The assistant's answer to messages through the chat template (tools and template_kwargs
+        passed to it), written as complete() or, with stream, stream() writes it. A thinking model's
+        reply comes split (reasoning_format "auto", see models.reasoning): the Reply is the answer,
+        its .reasoning_content the thinking before it; streamed pieces carry .field, "content" or
+        "reasoning_content". reasoning_format="none" leaves the reply whole, as content."""
+        reasoning.check_format(reasoning_format)
+        if template_kwargs is not None and not isinstance(template_kwargs, dict):
+            raise TypeError(f"template_kwargs must be a dict, got {type(template_kwargs).__name__}")
+        prompt = self.apply_chat_template(messages, add_generation_prompt=True, tools=tools,
+                                          **(template_kwargs or {}))
+        split = reasoning_format == "auto" and reasoning.template_thinks(self._template.source_for(tools))
+        inside = split and reasoning.prompt_opens_reasoning(prompt)
+        if not stream:
+            text = self.complete(prompt, max_new_tokens, **sampling)
+            return reasoning.split(text, inside) if split else reasoning.Reply(text)
+        pieces = self.stream(prompt, max_new_tokens, **sampling)
+        return _split_stream(pieces, inside) if split else (reasoning.Piece(p, "content") for p in pieces)
 
     def _tokens(self, ids, max_new_tokens, temperature=0.0, top_k=None, top_p=None, seed=None,
                 ignore_eos=False):
@@ -585,6 +600,15 @@ class Llama:
         if n + max_new_tokens > self.config.context_length:
             raise ValueError(f"{n} prompt tokens + max_new_tokens={max_new_tokens} exceed the model's "
                              f"context length of {self.config.context_length} tokens")
+
+
+def _split_stream(pieces, inside):  # str pieces -> reasoning.Piece's, split as they come
+    splitter = reasoning.Splitter(inside)
+    for piece in pieces:
+        for field, text in splitter.feed(piece):
+            yield reasoning.Piece(text, field)
+    for field, text in splitter.finish():
+        yield reasoning.Piece(text, field)
 
 
 def _sampling(keywords):
