@@ -1,7 +1,8 @@
 """What real models ship, from llama.cpp's own source: the vocabulary-only GGUF files of its tokenizer
 tests (models/ggml-vocab-*.gguf, with .inp texts and .out ids written by each model's Hugging Face
-tokenizer), its chat templates and src/llama-vocab.cpp, read from the llama-cpp-python sdist that
-vendors it. A test that needs them skips with the line that fetches the sdist."""
+tokenizer), its chat templates, src/llama-vocab.cpp and its converter (convert_hf_to_gguf.py,
+conversion/, gguf-py/), read from the llama-cpp-python sdist that vendors it. A test that needs them
+skips with the line that fetches the sdist."""
 import os
 import tarfile
 
@@ -19,15 +20,16 @@ SUITE = ["bert-bge", "command-r", "deepseek-coder", "deepseek-llm", "falcon", "g
 
 
 def llama_cpp_dir():
-    """vendor/llama.cpp of the sdist, its models/ and src/llama-vocab.cpp extracted once into the cache."""
+    """vendor/llama.cpp of the sdist, the parts named above extracted once into the cache."""
     sdist = os.environ.get("SILKATTN_LLAMA_CPP_SDIST") or os.path.join(CACHE, SDIST)
     if not os.path.isfile(sdist):
         pytest.skip(f"llama.cpp's vocabulary files: {FETCH}")
     root = os.path.join(CACHE, f"llama-cpp-{VERSION}")
-    done = os.path.join(root, ".extracted")
+    done = os.path.join(root, ".extracted-with-converter")
     if not os.path.exists(done):
         prefix = f"llama_cpp_python-{VERSION}/vendor/llama.cpp/"
-        wanted = (prefix + "models/", prefix + "src/llama-vocab.cpp")
+        wanted = tuple(prefix + part for part in ("models/", "src/llama-vocab.cpp", "convert_hf_to_gguf.py",
+                                                  "conversion/", "gguf-py/"))
         with tarfile.open(sdist) as tar:
             members = [m for m in tar.getmembers() if m.name.startswith(wanted) and m.isfile()]
             for m in members:
