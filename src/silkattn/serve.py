@@ -505,7 +505,7 @@ def main(args):
     given = {name: getattr(args, name) for name in ("activations", "kv_dtype")
              if getattr(args, name) is not None}
     model = llama.load(path, **given)  # the rest: load's defaults
-    name = args.name or os.path.basename(path)
+    name = args.name or os.path.basename(model.path)
     app = create_app(model, name, max_batch=args.max_batch, api_key=args.api_key,
                      cache_tokens=args.cache_tokens)
     print(f"silkattn serve: {name} on http://{args.host}:{args.port}/v1 (max batch {args.max_batch})",

