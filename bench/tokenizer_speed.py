@@ -6,9 +6,12 @@ the fresh tokenizer, and the median of --repeats more of the same text (where a 
 the pieces of words it has seen: the `tokenizers` package's BPE and silkattn's SentencePiece do,
 llama.cpp does not). The two contenders' ids are compared: the bench stops if they differ.
 
-    python bench/tokenizer_speed.py [--python PY] [--repeats 3] [--vocab qwen2,llama-bpe,...] [--model PATH]
+    python bench/tokenizer_speed.py [--python PY] [--repeats 3] [--rounds 3] [--vocab qwen2,...]
+                                    [--model PATH]
 --python: an interpreter with llama_cpp (default: this one). Vocabularies: llama.cpp's suite files
 (tests/real_files.py fetches them); --model adds a GGUF file of your own (Gemma 3's, say).
+--rounds: the two contenders' processes alternate this many times a vocabulary; the times printed
+are medians over the rounds, the ratios the medians of each round's ratio.
 """
 import argparse
 import glob
@@ -75,6 +78,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--vocab", default=",".join(VOCABS))
     ap.add_argument("--model", action="append", default=[])
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
@@ -90,26 +94,37 @@ def main():
         cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")),
                    platform.processor())
     print(f"cpu: {cpu}; one thread each; {len(text.encode()):,} bytes, {len(text):,} characters; "
-          f"each contender in its own process, medians of {a.repeats} encodes after one")
+          f"each contender in its own process, {a.rounds} rounds alternating; 'again': medians of "
+          f"{a.repeats} encodes after the first")
     print(f"{'vocabulary':26s} {'tokens':>8s} {'build s':>11s} {'first encode s':>14s} {'ratio':>6s} "
           f"{'again s':>12s} {'ratio':>6s}   (silkattn / llama.cpp)")
     paths = [(v, real_files.vocab_path(v)) for v in a.vocab.split(",") if v] + [(os.path.basename(m), m)
                                                                                for m in a.model]
     for name, path in paths:
-        got = {}
-        for kind, py in (("silkattn", sys.executable), ("llama.cpp", a.python)):
-            out = subprocess.run([py, __file__, "--child", kind, path, str(a.repeats), text_path],
-                                 capture_output=True, text=True, check=True)
-            got[kind] = json.loads(out.stdout.strip().splitlines()[-1])
-        ours, theirs = got["silkattn"], got["llama.cpp"]
+        rounds = []
+        for _ in range(a.rounds):
+            got = {}
+            for kind, py in (("silkattn", sys.executable), ("llama.cpp", a.python)):
+                out = subprocess.run([py, __file__, "--child", kind, path, str(a.repeats), text_path],
+                                     capture_output=True, text=True, check=True)
+                got[kind] = json.loads(out.stdout.strip().splitlines()[-1])
+            rounds.append(got)
+        ours, theirs = rounds[0]["silkattn"], rounds[0]["llama.cpp"]
         if ours["ids"] != theirs["ids"]:
             pairs = list(zip(ours["ids"], theirs["ids"]))
             n = next((i for i, (x, y) in enumerate(pairs) if x != y), len(pairs))
             sys.exit(f"{name}: the ids differ from token {n} on ({len(ours['ids'])} tokens against "
                      f"{len(theirs['ids'])})")
-        print(f"{name:26s} {len(ours['ids']):8,d} {ours['build']:5.2f} {theirs['build']:5.2f} "
-              f"{ours['first']:6.3f} {theirs['first']:6.3f} {ours['first'] / theirs['first']:6.2f} "
-              f"{ours['again']:5.3f} {theirs['again']:5.3f} {ours['again'] / theirs['again']:6.2f}")
+
+        def med(kind, key):
+            return statistics.median(r[kind][key] for r in rounds)
+
+        def ratio(key):
+            return statistics.median(r["silkattn"][key] / r["llama.cpp"][key] for r in rounds)
+        print(f"{name:26s} {len(ours['ids']):8,d} {med('silkattn', 'build'):5.2f} "
+              f"{med('llama.cpp', 'build'):5.2f} "
+              f"{med('silkattn', 'first'):6.3f} {med('llama.cpp', 'first'):6.3f} {ratio('first'):6.2f} "
+              f"{med('silkattn', 'again'):5.3f} {med('llama.cpp', 'again'):5.3f} {ratio('again'):6.2f}")
 
 
 if __name__ == "__main__":

@@ -101,20 +101,18 @@ class Vocabulary:
     """A tokenizers.Tokenizer behind the interface tokenizer() gives."""
 
     def __init__(self, tok):
-        self.tok, self._plain = tok, None
+        import threading
+        self.tok, self._lock = tok, threading.Lock()  # the lock: encode_special_tokens is the tokenizer's
 
     def encode(self, text, special=True):
         """special: control tokens written in the text are matched (False: spelt out as text, as
         llama.cpp's parse_special=false; user-defined tokens are matched either way)."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
-        if special:
-            return self.tok.encode(text, add_special_tokens=False).ids
-        if self._plain is None:  # a copy that spells them out, made once where asked for
-            plain = type(self.tok).from_str(self.tok.to_str())
-            plain.encode_special_tokens = True
-            self._plain = plain
-        return self._plain.encode(text, add_special_tokens=False).ids
+        with self._lock:
+            self.tok.encode_special_tokens = not special
+            # the batch's fast path: ids without the offsets and token strings encode() also builds
+            return self.tok.encode_batch_fast([text], add_special_tokens=False)[0].ids
 
     def decode(self, ids, skip_special_tokens=False):
         return self.tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
