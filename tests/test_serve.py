@@ -255,6 +255,8 @@ CHAT = {"model": NAME, "messages": [{"role": "user", "content": "a"}], "max_toke
     ("/v1/chat/completions", {**CHAT, "chat_template_kwargs": ["enable_thinking"]}, 400,
      "chat_template_kwargs"),
     ("/v1/chat/completions", {**CHAT, "reasoning_format": "deepseek"}, 400, "reasoning_format"),
+    ("/v1/chat/completions", {**CHAT, "chat_template_kwargs": {"add_generation_prompt": False}}, 400,
+     "messages"),
 ])
 def test_bad_requests_get_openai_errors(server, route, body, status, param):
     got, answer = _raw(server, "POST", route, body)

@@ -175,9 +175,9 @@ class ChatTemplate:
             return template.render(messages=messages, tools=_plain(tools, "tools"),
                                    documents=_plain(documents, "documents"),
                                    add_generation_prompt=bool(add_generation_prompt), **variables)
-        except jinja2.exceptions.SecurityError:
-            raise
+        except jinja2.exceptions.SecurityError as e:
+            raise ChatTemplateError(f"the chat template did what its sandbox forbids: {e}") from e
         except jinja2.exceptions.TemplateError as e:
             raise ChatTemplateError(f"the chat template refused messages: {e}") from e
-        except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
+        except Exception as e:  # noqa: BLE001 - whatever the template's code raised on these messages
             raise ChatTemplateError(f"the chat template failed on messages: {type(e).__name__}: {e}") from e
