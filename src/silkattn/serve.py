@@ -8,8 +8,8 @@
 Both POSTs take the OpenAI fields model, max_tokens (chat: or max_completion_tokens), temperature,
 top_p, seed, stop (a string or up to 4), n (1), stream, stream_options.include_usage, and top_k (an
 extension). Chat also takes tools (handed to the chat template, the file's tool_use one where it has
-it), chat_template_kwargs (keywords for the template, e.g. {"enable_thinking": false}), messages'
-tool_calls, tool_call_id, name and reasoning_content, and reasoning_format: "auto" (the default)
+it), chat_template_kwargs (keywords for the template, e.g. {"enable_thinking": false}),
+add_generation_prompt (vLLM's field; default true), messages' tool_calls, tool_call_id, name and reasoning_content, and reasoning_format: "auto" (the default)
 returns a thinking model's <think> block apart, as message.reasoning_content (streamed as
 delta.reasoning_content), "none" leaves it in the content. Other fields are ignored.
 stream: server-sent events, one chunk a piece of text, the last
@@ -204,8 +204,9 @@ def parse(body, model, name, chat):
         kwargs = _field(body, "chat_template_kwargs", (dict,), {})
         reasoning_format = _field(body, "reasoning_format", (str,), "auto", lambda v: v in _reasoning.FORMATS,
                                   f"'reasoning_format' must be one of {', '.join(_reasoning.FORMATS)}")
+        generation = _field(body, "add_generation_prompt", (bool,), True)
         try:
-            text = model.apply_chat_template(messages, tools=tools, **kwargs)
+            text = model.apply_chat_template(messages, generation, tools=tools, **kwargs)
         except (TypeError, ValueError) as e:
             raise RequestError(400, str(e), "messages") from None
         if reasoning_format == "auto" and _reasoning.template_thinks(model._template.source_for(tools)):
