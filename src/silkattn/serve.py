@@ -9,9 +9,10 @@ Both POSTs take the OpenAI fields model, max_tokens (chat: or max_completion_tok
 top_p, seed, stop (a string or up to 4), n (1), stream, stream_options.include_usage, and top_k (an
 extension). Chat also takes tools (handed to the chat template, the file's tool_use one where it has
 it), chat_template_kwargs (keywords for the template, e.g. {"enable_thinking": false}),
-add_generation_prompt (vLLM's field; default true), messages' tool_calls, tool_call_id, name and reasoning_content, and reasoning_format: "auto" (the default)
-returns a thinking model's <think> block apart, as message.reasoning_content (streamed as
-delta.reasoning_content), "none" leaves it in the content. Other fields are ignored.
+add_generation_prompt (vLLM's field; default true), messages' tool_calls, tool_call_id, name and
+reasoning_content, and reasoning_format: "auto" (the default) returns a thinking model's <think>
+block apart, as message.reasoning_content (streamed as delta.reasoning_content), "none" leaves it
+in the content. Other fields are ignored.
 stream: server-sent events, one chunk a piece of text, the last
 with its finish_reason, then "data: [DONE]". usage.prompt_tokens_details.cached_tokens: the prompt
 tokens whose keys were copied from another sequence whose prompt began alike, running or ended
