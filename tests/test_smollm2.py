@@ -115,3 +115,13 @@ def test_chat_cli_streams_the_answer(capsys):
     out, err = capsys.readouterr()
     assert out.strip() == "The capital of France is Paris."
     assert "tokens/s" in err and "prefill" in err and "decode" in err
+
+
+def test_the_demo_streams_the_answer(capsys):
+    """python -m silkattn's LLM part (the CI's set-up runs it): the answer, and the reference's tokens."""
+    import argparse
+
+    from silkattn.__main__ import llm_demo
+    llm_demo(argparse.Namespace())
+    out = capsys.readouterr().out
+    assert "The capital of France is Paris." in out and "same tokens: yes" in out

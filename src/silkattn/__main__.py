@@ -62,8 +62,8 @@ def _threads(n):
 def _stream_answer(model, messages, args):
     """Stream the model's answer to stdout, a thinking model's reasoning between <think> and
     </think> before it; returns the answer's message (its reasoning apart)."""
-    pieces = model.chat(messages, args.max_new_tokens, stream=True, template_kwargs=args.chat_template_kwargs,
-                        **_sampling(args))
+    kwargs = getattr(args, "chat_template_kwargs", None)  # the chat command's flag; the demo has none
+    pieces = model.chat(messages, args.max_new_tokens, stream=True, template_kwargs=kwargs, **_sampling(args))
     answer, thought = [], []
     for piece in pieces:
         if piece.field == "reasoning_content":
