@@ -76,11 +76,11 @@ def _outcome(render):  # -> ("text", str) or ("error", None)
 
 @pytest.mark.parametrize("name", _templates())
 def test_real_templates_render_as_transformers(name):
-    transformers = pytest.importorskip("transformers", reason="pip install transformers (the reference)")
-    tokenizers = pytest.importorskip("tokenizers")
-    path = os.path.join(real_files.llama_cpp_dir(), "models", "templates", name)
+    path = os.path.join(real_files.llama_cpp_dir(), "models", "templates", name)  # skips without the sdist
     if not os.path.isfile(path):
         pytest.skip(f"llama.cpp's templates: {real_files.FETCH}")
+    transformers = pytest.importorskip("transformers", reason="pip install transformers (the reference)")
+    tokenizers = pytest.importorskip("tokenizers")
     with open(path, encoding="utf-8") as f:
         source = f.read()
     theirs = transformers.PreTrainedTokenizerFast(
