@@ -210,8 +210,7 @@ def parse(body, model, name, chat):
             text = model.apply_chat_template(messages, generation, tools=tools, **kwargs)
         except (TypeError, ValueError) as e:
             raise RequestError(400, str(e), "messages") from None
-        if reasoning_format == "auto" and _reasoning.template_thinks(model._template.source_for(tools)):
-            thinking = _reasoning.prompt_opens_reasoning(text)
+        thinking = model.reasoning_start(text, tools, reasoning_format)
         where = "messages"
     else:
         prompt = body.get("prompt")

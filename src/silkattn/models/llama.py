@@ -548,18 +548,28 @@ class Llama:
         reply comes split (reasoning_format "auto", see models.reasoning): the Reply is the answer,
         its .reasoning_content the thinking before it; streamed pieces carry .field, "content" or
         "reasoning_content". reasoning_format="none" leaves the reply whole, as content."""
-        reasoning.check_format(reasoning_format)
         if template_kwargs is not None and not isinstance(template_kwargs, dict):
             raise TypeError(f"template_kwargs must be a dict, got {type(template_kwargs).__name__}")
         prompt = self.apply_chat_template(messages, add_generation_prompt=True, tools=tools,
                                           **(template_kwargs or {}))
-        split = reasoning_format == "auto" and reasoning.template_thinks(self._template.source_for(tools))
-        inside = split and reasoning.prompt_opens_reasoning(prompt)
+        inside = self.reasoning_start(prompt, tools, reasoning_format)
         if not stream:
             text = self.complete(prompt, max_new_tokens, **sampling)
-            return reasoning.split(text, inside) if split else reasoning.Reply(text)
+            return reasoning.Reply(text) if inside is None else reasoning.split(text, inside)
         pieces = self.stream(prompt, max_new_tokens, **sampling)
-        return _split_stream(pieces, inside) if split else (reasoning.Piece(p, "content") for p in pieces)
+        if inside is None:
+            return (reasoning.Piece(p, "content") for p in pieces)
+        return _split_stream(pieces, inside)
+
+    def reasoning_start(self, prompt, tools=None, reasoning_format="auto"):  # -> None, or bool
+        """Whether a reply to prompt (rendered with tools) is split into reasoning and answer: None
+        where not (reasoning_format "none", or a template that knows no </think>), else whether
+        the reply begins inside the prompt's open <think> block."""
+        reasoning.check_format(reasoning_format)
+        if reasoning_format == "none" or self._template is None \
+                or not reasoning.template_thinks(self._template.source_for(tools)):
+            return None
+        return reasoning.prompt_opens_reasoning(prompt)
 
     def _tokens(self, ids, max_new_tokens, temperature=0.0, top_k=None, top_p=None, seed=None,
                 ignore_eos=False):
