@@ -25,6 +25,8 @@ from setuptools import Extension, setup
 # most of a build's compile time (4-5 minutes each on one core), the other ten 2 minutes together
 OPS = ["layer_step", "linear_q", "attention", "linear", "attention_backward", "layer_norm", "rms_norm",
        "softmax", "feed_forward", "matmul_int8", "rope", "silu_mul"]
+# Compiled modules that are not ops: bytepair, the Llama 3 / Qwen2 tokenizers' encoder
+TOOLS = ["bytepair"]
 # Flags of one op's module only. rope: no FMA contraction, so that x c - y s rounds each product as
 # NumPy does and the result is the reference's to the last bit (kernels/tmpl_rope.h).
 OP_FLAGS = {"rope": ["-ffp-contract=off"]}
@@ -122,12 +124,14 @@ def extensions():
     sanitize = ["-fsanitize=address", "-fno-omit-frame-pointer"] if checks else []
     directives = dict(language_level=3, boundscheck=checks, initializedcheck=checks, wraparound=False,
                       cdivision=True, nonecheck=False, embedsignature=True)
-    depends = glob.glob("kernels/*.h") + glob.glob("kernels/*.pxi")
+    tools = [f"kernels/{name}.h" for name in TOOLS]  # a tool's header rebuilds the tool alone
+    depends = [h for h in glob.glob("kernels/*.h") if h not in tools] + glob.glob("kernels/*.pxi")
     modules = [Extension(f"silkattn._cy.{op}", [f"kernels/{op}.pyx"],
-                         include_dirs=["kernels", numpy.get_include()], depends=depends,
+                         include_dirs=["kernels", numpy.get_include()],
+                         depends=depends + ([f"kernels/{op}.h"] if op in TOOLS else []),
                          extra_compile_args=cflags + sanitize + OP_FLAGS.get(op, []) + omp,
                          extra_link_args=omp_link + sanitize + ["-lm"])
-               for op in OPS]
+               for op in OPS + TOOLS]
     return cythonize(modules, compiler_directives=directives, nthreads=os.cpu_count() or 1)
 
 

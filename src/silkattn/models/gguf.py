@@ -94,21 +94,26 @@ def tokenizer(file):
     if kind not in builders:
         raise ValueError(f"{file.path}: tokenizer.ggml.model {kind!r} is not a kind of vocabulary silkattn "
                          f"builds (it builds {', '.join(['llama', *builders])})")
-    return Vocabulary(builders[kind](file))
+    built = builders[kind](file)
+    return built if isinstance(built, Vocabulary) else Vocabulary(built)
 
 
 class Vocabulary:
-    """A tokenizers.Tokenizer behind the interface tokenizer() gives."""
+    """A tokenizers.Tokenizer behind the interface tokenizer() gives; encoder: a compiled encoder of
+    the same vocabulary (bytepair.Encoder) that encodes in its place."""
 
-    def __init__(self, tok):
+    def __init__(self, tok, encoder=None):
         import threading
-        self.tok, self._lock = tok, threading.Lock()  # the lock: encode_special_tokens is the tokenizer's
+        self.tok, self.encoder = tok, encoder
+        self._lock = threading.Lock()  # encode_special_tokens is the tokenizer's
 
     def encode(self, text, special=True):
         """special: control tokens written in the text are matched (False: spelt out as text, as
         llama.cpp's parse_special=false; user-defined tokens are matched either way)."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
+        if self.encoder is not None:
+            return self.encoder.encode(text, special)
         with self._lock:
             self.tok.encode_special_tokens = not special
             # the batch's fast path: ids without the offsets and token strings encode() also builds
@@ -169,14 +174,17 @@ def _bpe(file):
                          f"runs: {why}")
     pre = PRE_TOKENIZERS[name]
     tokens, types = _vocabulary(file)
-    bpe = tk.models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=_merges(file), fuse_unk=False,
+    merges = _merges(file)
+    bpe = tk.models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges, fuse_unk=False,
                         ignore_merges=pre.ignore_merges)
     tok = tk.Tokenizer(bpe)
     steps = [tk.pre_tokenizers.Split(tk.Regex(regex), behavior="isolated") for regex in pre.regexes]
     tok.pre_tokenizer = tk.pre_tokenizers.Sequence(
         steps + [tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok.decoder = tk.decoders.ByteLevel()
-    return _add_special(tok, tokens, types)
+    from . import bytepair
+    return Vocabulary(_add_special(tok, tokens, types),
+                      bytepair.encoder(pre, tokens, types, merges, CONTROL, USER_DEFINED))
 
 
 def _gemma4(file):
