@@ -1,5 +1,5 @@
 """The compiled encoder of byte-level BPE vocabularies whose pre-tokenizer is Llama 3's regular
-expression or Qwen2's (pretokenizers.LLAMA3, QWEN2: a dozen of the names llama.cpp knows, the
+expression or Qwen2's (pretokenizers.LLAMA3, QWEN2: 23 of the names llama.cpp knows, the
 Llama 3, Qwen2/2.5/3 and GLM files among them). It gives the ids the `tokenizers` package gives for
 the same vocabulary (the tests compare the two on the suite's texts and on random ones), at about a
 fifth of its time; other vocabularies, and an install without the compiled modules, keep `tokenizers`.
