@@ -97,22 +97,22 @@ class Encoder:
         return out
 
 
-def encoder(pre, tokens, types, merges, control_type, user_type):
-    """The compiled encoder of a vocabulary (tokens, their types, merges as pairs of token strings)
+def encoder(pre, tokens, types, vocab, merges, control_type, user_type):
+    """The compiled encoder of a vocabulary (tokens, their types, vocab: token -> id as the
+    `tokenizers` BPE model takes it, a repeated token its last id; merges as pairs of token strings)
     whose pre-tokenizer is `pre`, or None where it does not apply: another pre-tokenizer, no compiled
     modules, or a byte without its token."""
     native = _compiled()
     if native is None or len(pre.regexes) != 1 or pre.regexes[0] not in DIGITS:
         return None
-    ids = {t: i for i, t in enumerate(tokens)}  # a repeated token: the last id, as a dict takes it
-    raw = _token_bytes(ids)
+    raw = _token_bytes(vocab)
     keep = [k for k, b in enumerate(raw) if b is not None]
     offsets = np.zeros(len(keep) + 1, np.int64)
     np.cumsum([len(raw[k]) for k in keep], out=offsets[1:])
-    id_of = np.fromiter(ids.values(), np.int32, len(ids))[keep]
+    id_of = np.fromiter(vocab.values(), np.int32, len(vocab))[keep]
     # a merge whose parts or result is not a token: `tokenizers` refuses the file before this is built
     left, right, merged = (np.array(ids_, np.int32).reshape(-1) for ids_ in (
-        [ids[a] for a, _ in merges], [ids[b] for _, b in merges], [ids[a + b] for a, b in merges]))
+        [vocab[a] for a, _ in merges], [vocab[b] for _, b in merges], [vocab[a + b] for a, b in merges]))
     try:
         model = native.BytePair(np.frombuffer(b"".join(raw[k] for k in keep), np.uint8), offsets, id_of,
                                 left, right, merged, flags(), DIGITS[pre.regexes[0]], pre.ignore_merges)

@@ -174,8 +174,8 @@ def _bpe(file):
                          f"runs: {why}")
     pre = PRE_TOKENIZERS[name]
     tokens, types = _vocabulary(file)
-    merges = _merges(file)
-    bpe = tk.models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges, fuse_unk=False,
+    merges, vocab = _merges(file), {t: i for i, t in enumerate(tokens)}
+    bpe = tk.models.BPE(vocab=vocab, merges=merges, fuse_unk=False,
                         ignore_merges=pre.ignore_merges)
     tok = tk.Tokenizer(bpe)
     steps = [tk.pre_tokenizers.Split(tk.Regex(regex), behavior="isolated") for regex in pre.regexes]
@@ -184,7 +184,7 @@ def _bpe(file):
     tok.decoder = tk.decoders.ByteLevel()
     from . import bytepair
     return Vocabulary(_add_special(tok, tokens, types),
-                      bytepair.encoder(pre, tokens, types, merges, CONTROL, USER_DEFINED))
+                      bytepair.encoder(pre, tokens, types, vocab, merges, CONTROL, USER_DEFINED))
 
 
 def _gemma4(file):
