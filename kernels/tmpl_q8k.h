@@ -399,7 +399,8 @@ static inline __attribute__((always_inline)) void SA_FN(sa_q4k16_group)(const in
         __builtin_prefetch(p + 2 * SA_Q4K16_SUPER + 64, 0, SA_QLOC);
         /* the rest of its scales and mins (its runs' lines: with the sub-blocks), for one row of x
          * too: a decoding step streams W from memory, where the hardware's prefetch alone left the
-         * 1.1B model's step 5% slower on 2 threads, 3% on one (Xeon; from cache, 2-4% faster than these) */
+         * 1.1B model's step 5% slower on 2 threads (bench/gguf_decode.py, Xeon; one thread and
+         * from cache: within 2-4%) */
         __builtin_prefetch(p + 2 * SA_Q4K16_SUPER + 128, 0, SA_QLOC);
         __builtin_prefetch(p + 2 * SA_Q4K16_SUPER + 192, 0, SA_QLOC);
         /* the 16 rows' 6-bit scales and mins: lane p of se / so the sub-block 2 p / 2 p + 1 */
