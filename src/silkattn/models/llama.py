@@ -399,7 +399,8 @@ class Llama:
         (the last of them) written to their slots."""
         K, V = cache  # each (hkv, positions, dh)
         end, size = start + k.shape[1], K.shape[1]
-        k, v = self._as_cached(k), self._as_cached(v)  # the attention reads what the cache holds
+        # the attention reads what the cache holds: k, v written to it (rounded to its dtype there,
+        # numpy's cast: one conversion, not a round trip before it) and read back by _attend
         if size >= end:
             K[:, start:end], V[:, start:end] = k, v
             return self._attend(q, K, V, first, end, w)
@@ -407,6 +408,7 @@ class Llama:
         if end - start == 1:  # a decoding step: the ring, once written, is exactly its window
             K[:, keep % size], V[:, keep % size] = k, v
             return self._attend(q, K, V, first, size, None)
+        k, v = self._as_cached(k), self._as_cached(v)  # read from here, beside the ring's rows
         old = np.arange(max(0, start - w + 1), start)  # cached positions the first new one still sees
         Kc, Vc = np.concatenate([K[:, old % size], k], 1), np.concatenate([V[:, old % size], v], 1)
         K[:, keep % size], V[:, keep % size] = k[:, keep - start], v[:, keep - start]
