@@ -101,6 +101,10 @@ def test_cross_entropy(any_backend, rng, monkeypatch, dtype, block):
     want = ref.cross_entropy_backward(*f64(H, E), t, 0.5)
     for got, want in zip(any_backend.cross_entropy_backward(H, E, t, 0.5), want):
         close(got, want, dtype)
+    both = any_backend.cross_entropy_and_grads(H, E, t)  # one pass: the two ops' answers, dloss 1
+    assert both[0] == loss
+    for got, want in zip(both[1:], ref.cross_entropy_backward(*f64(H, E), t, 1.0)):
+        close(got, want, dtype)
 
 
 def test_bad_input(any_backend, rng):

@@ -93,6 +93,13 @@ def cross_entropy(H, E, targets):
     return _backward.cross_entropy(_backends.kernels(), H, E, targets)
 
 
+def cross_entropy_and_grads(H, E, targets):
+    """(loss, dH, dE): cross_entropy(H, E, targets) and cross_entropy_backward(H, E, targets) in one
+    pass, each block of the logits Z = H E^T made once, summed into the loss and turned into its
+    gradient in place (what a training step takes)."""
+    return _backward.cross_entropy_and_grads(_backends.kernels(), H, E, targets)
+
+
 def cross_entropy_backward(H, E, targets, dloss=1.0):
     """(dH, dE) of dloss * cross_entropy(H, E, targets): with Z = H E^T, dZ = dloss (softmax(Z) -
     onehot(target)) / rows, dH = dZ E, dE = dZ^T H; each block of logits turned into its gradient in
@@ -257,6 +264,7 @@ def layer_step_rows(step, X, positions, K_pages, V_pages, pages):
 OPS = ("softmax", "layer_norm", "attention", "attention_backward", "attention_varlen", "attention_paged",
        "softmax_backward", "layer_norm_backward", "rms_norm_backward", "linear_backward",
        "feed_forward_backward", "embedding_backward", "cross_entropy", "cross_entropy_backward",
+       "cross_entropy_and_grads",
        "linear", "matmul_int8", "bias_relu", "bias_gelu", "add_layer_norm", "rms_norm", "add_rms_norm",
        "rope", "silu_mul", "gelu_tanh_mul", "gate_mul", "layer_step", "layer_step_rows")
 

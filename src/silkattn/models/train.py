@@ -17,7 +17,7 @@ import tempfile
 
 import numpy as np
 
-from .. import _backends, _backward, ops
+from .. import ops
 from .config import DecoderConfig
 
 
@@ -104,7 +104,7 @@ def loss_and_grads(P, ids, targets):
     for p in P["layers"]:
         X, keep = _block_forward(X, p)
         saved.append(keep)
-    loss, dX, dE = _backward.cross_entropy_and_grads(_backends.kernels(), X, P["emb"], targets)
+    loss, dX, dE = ops.cross_entropy_and_grads(X, P["emb"], targets)
     layers = [None] * len(P["layers"])
     for i in reversed(range(len(P["layers"]))):
         dX, layers[i] = _block_backward(dX, P["layers"][i], saved[i])
