@@ -13,20 +13,12 @@ import unicodedata
 
 import numpy as np
 
-from .. import _cache
+from .. import _cache, tools
 from .pretokenizers import LLAMA3, QWEN2
 
 DIGITS = {LLAMA3: 3, QWEN2: 1}  # the longest run of digits a piece takes
 _WHITE_SPACE = [*range(0x09, 0x0E), 0x20, 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029,
                 0x202F, 0x205F, 0x3000]
-
-
-def _compiled():
-    try:
-        from .._cy import bytepair
-    except ImportError:
-        return None
-    return bytepair
 
 
 def flags():
@@ -102,7 +94,7 @@ def encoder(pre, tokens, types, vocab, merges, control_type, user_type):
     `tokenizers` BPE model takes it, a repeated token its last id; merges as pairs of token strings)
     whose pre-tokenizer is `pre`, or None where it does not apply: another pre-tokenizer, no compiled
     modules, or a byte without its token."""
-    native = _compiled()
+    native = tools.bytepair()
     if native is None or len(pre.regexes) != 1 or pre.regexes[0] not in DIGITS:
         return None
     raw = _token_bytes(vocab)
