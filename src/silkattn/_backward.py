@@ -1,6 +1,6 @@
 """The backward ops' checks, bookkeeping and NumPy fallbacks (silkattn.ops: softmax_backward,
 layer_norm_backward, rms_norm_backward, linear_backward, feed_forward_backward, embedding_backward,
-cross_entropy, cross_entropy_backward; attention_backward is in silkattn._api beside attention).
+cross_entropy, cross_entropy_backward; attention_backward is in silkattn._api.attention_ops beside attention).
 
 The row ops run the backend's kernels (Kernels.softmax_backward, layer_norm_backward,
 rms_norm_backward), the products numpy's BLAS on silkattn's threads. A gain's or bias's gradient

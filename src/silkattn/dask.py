@@ -74,9 +74,9 @@ class ModelPlugin(WorkerPlugin):
     def setup(self, worker):
         import threadpoolctl
 
-        from . import _backends, set_num_threads
+        from . import get_backend, set_backend, set_num_threads
 
-        _backends.kernels()  # load the kernels (and their OpenMP runtime) before the limits are set
+        set_backend(get_backend())  # its kernels loaded (and their OpenMP runtime) before the limits are set
 
         _heap_for_temporaries()
         from distributed.comm.addressing import get_address_host
