@@ -20,10 +20,13 @@ import math
 
 import numpy as np
 
+from . import blocks
+
 
 @dataclasses.dataclass(frozen=True)
 class Architecture:
-    """What one GGUF architecture name means: the family's switches (see the module's table)."""
+    """What one GGUF architecture name means: the family's switches (see the module's table), and the
+    composition of blocks a layer is (models.blocks: pre_norm for every architecture of the table)."""
 
     interleaved_rotary: bool = False  # the file's Q/K rows hold llama.cpp's interleaved pairs
     qkv_bias: bool = False
@@ -33,6 +36,8 @@ class Architecture:
     embed_scale: bool = False         # embeddings times sqrt(d)
     global_every: int = 0             # with a sliding window: layer i global iff i % global_every == -1
     local_rope_base: float = None     # the local layers' rope base (None: the file's)
+    layer: object = blocks.pre_norm   # layer(run, L, X, H) -> (X, H'): models.blocks
+    ffn_norm: bool = True             # the layer has a norm of its own before the feed-forward
 
 
 ARCHITECTURES = {

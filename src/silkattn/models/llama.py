@@ -31,7 +31,7 @@ import numpy as np
 from .. import _aligned, _backends, _plan, ops, quant
 from .. import _checks as check
 from .. import reference as ref
-from . import batch, gguf, hub, reasoning
+from . import batch, blocks, gguf, hub, reasoning
 from .family import FamilyConfig
 
 LlamaConfig = FamilyConfig  # the config of every architecture of the family (models/family.py)
@@ -50,13 +50,13 @@ class LlamaLayer:
     options (models/family.py) None where the architecture has none."""
 
     attn_norm: np.ndarray  # (d,)
-    ffn_norm: np.ndarray   # (d,)
     wqkv: object           # (d, (h + 2 h_kv) d_head): Q heads (half-split rotary rows), K heads, V heads;
     #                        blocks: a tuple (Wq, Wk, Wv) of the file's own, joined where llama.cpp's
     #                        interleaved rotary rows are put back in order (a copy of Q and K anyway)
     wo: object             # (h d_head, d)
     wgu: object            # (d, 2 d_ff): gate | up; blocks: a tuple (Wg, Wu), the file's own
     wd: object             # (d_ff, d)
+    ffn_norm: np.ndarray = None   # (d,); None where the composition has none (a parallel block's)
     bqkv: np.ndarray = None       # ((h + 2 h_kv) d_head,): Q/K/V biases (Qwen2)
     q_norm: np.ndarray = None     # (d_head,): per-head RMSNorm gains of Q and K before rotary (Gemma 3)
     k_norm: np.ndarray = None
@@ -71,27 +71,6 @@ class LlamaLayer:
     @property
     def quantized(self):
         return all(isinstance(w, quant.QuantizedMatrix) for w in self.products)
-
-
-def _linear(X, W, out=None):  # X (n, k) through a layer's matrix, or its parts side by side
-    if isinstance(W, tuple):
-        return np.concatenate([ops.linear(X, w) for w in W], -1, out=out)
-    return ops.linear(X, W, out=out)
-
-
-class _Room:
-    """The layer loop's large results, one array a name reused layer after layer. Many rows' arrays
-    are megabytes: made anew each layer, they came as fresh pages from the system, whose faults took
-    about 8% of a 646-row prefill's time on one thread (SmolLM2, int8)."""
-
-    def __init__(self):
-        self.arrays = {}
-
-    def __call__(self, name, *shape):  # -> a float32 array of this shape, its contents undefined
-        a = self.arrays.get(name)
-        if a is None or a.shape != shape:
-            a = self.arrays[name] = np.empty(shape, np.float32)
-        return a
 
 
 def _keys(A, table, n):  # -> (h_kv, n, dh): a sequence's first n positions of a pool's K or V
@@ -145,9 +124,9 @@ class Llama:
         self.kv_dtype = kv_cache_dtype(kv_dtype)  # the KV cache's elements (cache(), generate_batch's pool)
         self.stats = {}  # the last generation's prompt_tokens, prefill_s, new_tokens, decode_s, stopped
         self._params = None
-        # the fused step runs where every layer's matrices are blocks with one kind of activations
-        # (else the step runs as ops: the readable path and the fused one's oracle)
-        self._fused = all(L.quantized and len({W.activations for W in L.products}) == 1 for L in layers)
+        # the fused step runs where blocks.fusable says (else the step runs as the blocks' ops: the
+        # readable path and the fused one's oracle)
+        self._fused = blocks.fusable(config, layers)
 
     @property
     def params(self):
@@ -155,6 +134,9 @@ class Llama:
         changes the model), the blocks dequantized (made on first use: a float32 copy of the model)."""
         if self._params is None:
             c = self.config
+            if c.family.layer is not blocks.pre_norm:
+                raise ValueError(f"{c.arch}: reference.llama runs pre-norm layers; this architecture "
+                                 f"composes its layers by {c.family.layer.__name__}")
             nq, nk = c.h * c.d_head, (c.h + c.h_kv) * c.d_head
             layers = []
             for i, L in enumerate(self.layers):
@@ -237,26 +219,7 @@ class Llama:
         set of buffers: what ops.layer_step runs a token through; None where the step runs as ops."""
         if not self._fused:
             return None
-        c, steps = self.config, [None] * len(self.layers)
-        sizes = [K.shape[-2] for K in cache]
-        positions, first = max(sizes), int(np.argmax(sizes))  # the longest cache's record makes the buffers
-        for i in [first] + [i for i in range(len(self.layers)) if i != first]:
-            L = self.layers[i]
-            base, factors = c.layer_rope(i)
-            qkv, up = (list(W) if isinstance(W, tuple) else W for W in (L.wqkv, L.wgu))
-            extras = {}
-            if c.family.qk_norm:
-                extras["qk_norm"] = (L.q_norm, L.k_norm)
-            if c.family.sandwich:
-                extras["post_norms"] = (L.post_attn_norm, L.post_ffn_norm)
-            if c.window(i) is not None:  # a ring of the window's positions where the cache is shorter
-                extras.update(window=c.window(i), positions=positions)
-            steps[i] = ops.layer_step_record(
-                heads=c.h, kv_heads=c.h_kv, norm1=L.attn_norm, qkv=qkv if L.bqkv is None else (qkv, L.bqkv),
-                o=L.wo, norm2=L.ffn_norm, up=up, down=L.wd, cache=(cache[i][0], cache[i][1]), eps=c.eps,
-                activation="swiglu" if c.family.activation == "silu" else "geglu", rope_base=base,
-                freq_factors=factors, scale=c.scale, scratch_of=steps[first], **extras)
-        return steps
+        return blocks.layer_records(self.config, self.layers, cache)
 
     def _run(self, ids, cache, start, last_only=True, fused=True, steps=None):  # ids at start .. start + n
         """Logits of the new positions (the last one only if last_only); their K and V written to cache.
@@ -355,42 +318,13 @@ class Llama:
         return max(0, n - least)
 
     def _layers(self, X, positions, attend, last=None):  # -> (rows, d), the final norm's output
-        """X (n, d), the embedded tokens at `positions` (n,), through every layer; attend(i, q, k,
-        v) -> A: layer i's attention of q (hq, rows, dh) after keeping k, v (hkv, n, dh) in its cache,
-        A (hq, rows, dh). last: the rows (indices) the last layer's attention and what follows take
-        alone (the others reach no logit), so that their products are those of so many rows."""
-        c = self.config
-        n, hq, hkv, dh = len(X), c.h, c.h_kv, c.d_head
-        H, room = ops.rms_norm(X, self.layers[0].attn_norm, c.eps), _Room()
-        for i, L in enumerate(self.layers):
-            qkv = _linear(H, L.wqkv, room("qkv", n, (hq + 2 * hkv) * dh))  # Q heads, K heads, V heads
-            if L.bqkv is not None:
-                qkv += L.bqkv
-            qk = qkv[:, :(hq + hkv) * dh].reshape(n, hq + hkv, dh).swapaxes(0, 1)  # (hq + hkv, n, dh)
-            if L.q_norm is not None:
-                qk = np.concatenate([ops.rms_norm(qk[:hq], L.q_norm, c.eps),
-                                     ops.rms_norm(qk[hq:], L.k_norm, c.eps)])
-            base, factors = c.layer_rope(i)
-            ops.rope(qk, positions, base, factors, out=qk)
-            q = qk[:hq]
-            if last is not None and i + 1 == c.n_layers:
-                q, X = q[:, last], X[last]
-            v = qkv[:, (hq + hkv) * dh:].reshape(n, hkv, dh).swapaxes(0, 1)
-            A = attend(i, q, qk[hq:], v)  # (hq, rows, dh)
-            rows = len(X)
-            heads = room("heads", rows, hq * dh)  # A's rows, each token's heads side by side
-            heads.reshape(rows, hq, dh)[...] = A.swapaxes(0, 1)
-            X, H = self._residual(X, _linear(heads, L.wo, room("o", rows, c.d)), L.post_attn_norm, L.ffn_norm)
-            if isinstance(L.wgu, tuple):  # gate and up as the file's parts: each (n, d_ff), not joined
-                gate, up = (ops.linear(H, W, out=room(name, rows, c.d_ff)) for W, name in zip(L.wgu, "gu"))
-            else:
-                G = ops.linear(H, L.wgu, out=room("gu", rows, 2 * c.d_ff))  # (n, 2 d_ff): gate | up
-                gate, up = G[:, :c.d_ff], G[:, c.d_ff:]
-            F = _linear(ops.gate_mul(gate, up, c.family.activation, out=room("a", rows, c.d_ff)), L.wd,
-                        room("f", rows, c.d))
-            X, H = self._residual(X, F, L.post_ffn_norm,
-                                  self.layers[i + 1].attn_norm if i + 1 < c.n_layers else self.norm)
-        return H
+        """X (n, d), the embedded tokens at `positions` (n,), through every layer (models.blocks);
+        attend(i, q, k, v) -> A: layer i's attention of q (hq, rows, dh) after keeping k, v (hkv, n,
+        dh) in its cache, A (hq, rows, dh). last: the rows (indices) the last layer's attention and
+        what follows take alone (the others reach no logit), so that their products are those of so
+        many rows."""
+        return blocks.run_layers(self.config, self.layers, self.norm, X,
+                                 blocks.Pass(self.config, positions, attend, last))
 
     def _cached_attention(self, q, k, v, cache, start, first, w):
         """k, v (hkv, n, dh) of positions start .. end written to the layer's cache (K, V), then q's
@@ -433,11 +367,6 @@ class Llama:
 
     def _as_cached(self, k):  # k (float32) as the cache holds it: rounded to float16 and back, or k itself
         return k if self.kv_dtype == np.float32 else k.astype(self.kv_dtype).astype(np.float32)
-
-    def _residual(self, X, F, post_norm, following):  # -> (X + post_norm(F), following(X + post_norm(F)))
-        if post_norm is not None:
-            F = ops.rms_norm(F, post_norm, self.config.eps)
-        return ops.add_rms_norm(X, F, following, self.config.eps)
 
     def _step(self, steps, token, pos):  # -> logits (1, vocab)
         """_run for one token at position pos: one ops.layer_step per layer."""
@@ -650,8 +579,10 @@ def expected_tensors(c):  # -> {tensor name: shape (numpy's order)} of config c'
     may lack, not among them): the architecture's switches add theirs."""
     f, hd, kv = c.family, c.h * c.d_head, c.h_kv * c.d_head
     layer = {"attn_norm": (c.d,), "attn_q": (hd, c.d), "attn_k": (kv, c.d), "attn_v": (kv, c.d),
-             "attn_output": (c.d, hd), "ffn_norm": (c.d,), "ffn_gate": (c.d_ff, c.d), "ffn_up": (c.d_ff, c.d),
+             "attn_output": (c.d, hd), "ffn_gate": (c.d_ff, c.d), "ffn_up": (c.d_ff, c.d),
              "ffn_down": (c.d, c.d_ff)}
+    if f.ffn_norm:
+        layer["ffn_norm"] = (c.d,)
     if f.qkv_bias:
         layer.update({"attn_q.bias": (hd,), "attn_k.bias": (kv,), "attn_v.bias": (kv,)})
     if f.qk_norm:
