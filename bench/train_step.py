@@ -1,8 +1,8 @@
 """Training against PyTorch eager, each contender in its own process, float32:
 
   step       one training step of the listing's decoder (loss, gradients, clipping to norm 1, AdamW),
-             N = 6, d = 512, h = 8, d_ff = 2048, byte vocabulary, batch 8 x 256 tokens (the issue's
-             case): silkattn.models.train against the same model in torch (autograd, F.layer_norm,
+             N = 6, d = 512, h = 8, d_ff = 2048, byte vocabulary, batch 8 x 256 tokens:
+             silkattn.models.train against the same model in torch (autograd, F.layer_norm,
              F.scaled_dot_product_attention(is_causal=True), torch.optim.AdamW with the same groups:
              decay on the matrices only); the same initial weights and batch (written by this
              process to a file both read); the first step's loss printed by both
