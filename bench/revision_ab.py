@@ -214,7 +214,10 @@ def _llama_steps(pkg, activations, positions):
         cache = model.cache(len(ids) + positions)
         model._run(ids, cache, 0)
         # the step's records, made once a generation (a revision before them has none)
-        steps = {"steps": model.layer_steps(cache)} if hasattr(model, "layer_steps") else {}
+        if hasattr(model, "layer_records"):
+            steps = {"records": model.layer_records(cache)}
+        else:  # a revision that named them steps, or had none
+            steps = {"steps": model.layer_steps(cache)} if hasattr(model, "layer_steps") else {}
         return model, cache, len(ids), steps
     model, cache, start, steps = _memo(pkg, ("smollm2", activations, positions), prefilled)
     out, token = [], 42

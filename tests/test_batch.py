@@ -10,7 +10,8 @@ import pytest
 
 from silkattn import _api
 from silkattn._testing import EXACT, TOL_MODEL
-from silkattn.models import batch, llama
+from silkattn.models import batch, llama, memory
+from silkattn.models import runner as model_runner
 
 import llama_files
 
@@ -49,34 +50,35 @@ def test_batch_greedy_is_generate_one_at_a_time(files, name, on_backend, threads
 
 @pytest.mark.parametrize("name, activations", [("llama-Q4_1", "float32"), ("llama-Q4_1", "int8"),
                                               ("gemma3-window-Q8_0", "float32"), ("mqa-F16", "float32")])
-def test_a_lone_sequence_takes_the_fused_step(files, name, activations, on_backend):
+def test_a_lone_sequence_takes_the_fused_step(files, name, activations, on_backend, monkeypatch):
     """One sequence at a time whose positions fit in a page: its steps are the model's fused step
     over the page (what generate runs; int8 too, so its tokens are generate's), where the model has
     one (its matrices blocks: not the F16 file), and its pages come back for the next."""
     model = llama.load(files[name], activations=activations, kv_dtype="float32")
     new = [20, 7, 33, 1, 12, 25]
     alone = [model.generate(p, n, ignore_eos=True) for p, n in zip(PROMPTS, new)]
-    fused, step = [], model._step
-    model._step = lambda *a: (fused.append(1), step(*a))[1]
+    fused, step = [], model_runner.decode_one
+    monkeypatch.setattr(model_runner, "decode_one", lambda *a: (fused.append(1), step(*a))[1])
     assert model.generate_batch(PROMPTS, new, ignore_eos=True, max_batch=1, page_keys=64) == alone
     steps = sum(new) - len(new) + sum(len(p) == 1 for p in PROMPTS)  # a one-token prompt's first too
     assert len(fused) == (steps if model._fused else 0) and (name == "mqa-F16") != model._fused
-    model._step = step
+    monkeypatch.setattr(model_runner, "decode_one", step)
     if activations == "float32":  # together, then the last one alone: int8's tokens may differ (below)
         together = model.generate_batch(PROMPTS[:3], new[:3], ignore_eos=True, max_batch=3, page_keys=64)
         assert together == alone[:3]
 
 
 @pytest.mark.parametrize("name", ["llama-Q4_1", "qwen2-Q8_0", "gemma3-window-Q8_0", "mqa-F16"])
-def test_sequences_within_a_page_each_take_the_fused_step_of_rows(files, name, on_backend, threads):
+def test_sequences_within_a_page_each_take_the_fused_step_of_rows(files, name, on_backend, threads,
+                                                                  monkeypatch):
     """Pages that hold each sequence whole: the running ones advance through ops.layer_step_rows
     (one call a layer for all of them) where the model has a fused step, token for token what
     generate gives each alone."""
     model = llama.load(files[name], **EXACT)
     new = [20, 7, 33, 1, 12, 25]
     alone = [model.generate(p, n, ignore_eos=True) for p, n in zip(PROMPTS, new)]
-    rows, step_rows = [], model._step_rows
-    model._step_rows = lambda *a: (rows.append(len(a[1])), step_rows(*a))[1]
+    rows, step_rows = [], model_runner.decode_rows
+    monkeypatch.setattr(model_runner, "decode_rows", lambda *a: (rows.append(len(a[2])), step_rows(*a))[1])
     assert model.generate_batch(PROMPTS, new, ignore_eos=True, max_batch=4, page_keys=64) == alone
     assert (max(rows, default=0) == 4) == model._fused and (name == "mqa-F16") != model._fused
 
@@ -106,10 +108,10 @@ def _step_logits(runner, prompts, new, later=()):  # -> {sequence: each step's l
 
 def _lone_logits(model, ids, new):  # -> each step's logits as generate(ids) writes `new`
     cache = model.cache(len(ids) + len(new))
-    steps = model.layer_steps(cache)
+    records = model.layer_records(cache)
     logits = [model._run(np.array(ids), cache, 0)[-1]]
     for pos, token in enumerate(new[:-1], len(ids)):
-        logits.append(model._run(np.array([token]), cache, pos, steps=steps)[-1])
+        logits.append(model._run(np.array([token]), cache, pos, records=records)[-1])
     return logits
 
 
@@ -123,7 +125,7 @@ def test_batches_give_generate_s_logits_to_the_bit(files, name, activations, kv)
     """cython: 13 prompts of 1 to 30 tokens (more rows than a few-row call's 8),
     default pages: every step's logits of every sequence, bit for bit, those generate's own prefill
     and steps give it: the packed prefill's attention split by path (ops.attention_varlen), its
-    last layer on each prompt's last row alone, prompts of up to _api.few_rows tokens packed only
+    last layer on each prompt's last row alone, prompts of up to ops.rows_alike tokens packed only
     with each other (generate multiplies their rows in the few-row kernels; the integer GEMM sums
     Q8_0's offsets in another order, the float32 GEMM is the BLAS's), the output head of up to
     Q8_ROWS rows in the few-row kernels, a
@@ -256,7 +258,7 @@ def test_a_float16_cache_keeps_the_model_s_logits_and_halves_the_bytes(files, on
     assert any(not np.array_equal(x, y) for x, y in zip(a, b))
     assert 2 * half.cache_bytes(50) == wide.cache_bytes(50) == wide.cache(50).nbytes
     c = half.config
-    assert 2 * batch.KVPool(c, tokens=64, dtype=np.float16).nbytes == batch.KVPool(c, tokens=64).nbytes
+    assert 2 * memory.Memory(c, tokens=64, dtype=np.float16).nbytes == memory.Memory(c, tokens=64).nbytes
     runner = batch.Batch(half, max_batch=2)
     assert runner.pool.data.dtype == np.float16
 
@@ -266,7 +268,7 @@ def test_a_bad_kv_dtype_is_refused(files, bad):
     with pytest.raises(ValueError, match="kv_dtype must be 'float32' or 'float16'"):
         llama.load(files["llama-Q4_1"], kv_dtype=bad)
     with pytest.raises(ValueError, match="dtype must be float32 or float16"):
-        batch.KVPool(llama.load(files["llama-Q4_1"]).config, tokens=16, dtype=np.int8)
+        memory.Memory(llama.load(files["llama-Q4_1"]).config, tokens=16, dtype=np.int8)
 
 
 def _backends_attention():  # whether the current backend has a compiled attention (sharing needs one)
@@ -287,7 +289,7 @@ def test_an_ended_prompt_s_pages_are_kept_for_prompts_that_begin_alike(files):
         while not runner.idle:
             runner.step()
         assert seq.new == model.generate(ids, 5, ignore_eos=True)
-    assert (seq.shared > 0) == (model._shareable(len(second)) > 0)
+    assert (seq.shared > 0) == (model_runner.shareable(model, len(second)) > 0)
     assert runner.pool.free == 4 and [ids.tolist() for ids, _ in runner.pool.kept] == [first, second]
     # the same prompt again: it copies the kept one's keys and replaces it, one entry a prompt
     again = runner.submit(first, 5, ignore_eos=True)
@@ -305,7 +307,7 @@ def test_an_ended_prompt_s_pages_are_kept_for_prompts_that_begin_alike(files):
     assert runner.pool.free == 4 and runner.pool.reserved == 0 and len(runner.pool.kept) <= 4
 
 
-def test_a_prefill_that_fails_keeps_no_pages(files):
+def test_a_prefill_that_fails_keeps_no_pages(files, monkeypatch):
     """A prefill that raises part way (the server then cancels its sequences) leaves keys half
     written: their pages go back to the pool unremembered, so no later prompt copies them."""
     model = llama.load(files["llama-Q4_1"], **EXACT)
@@ -314,7 +316,7 @@ def test_a_prefill_that_fails_keeps_no_pages(files):
 
     def fail(*args):
         raise RuntimeError("a fault mid-prefill")
-    model._prefill_batch = fail
+    monkeypatch.setattr(model_runner, "prefill_packed", fail)
     with pytest.raises(RuntimeError, match="mid-prefill"):
         runner.step()
     for seq in seqs:
@@ -326,19 +328,20 @@ def test_shares_finds_each_prompt_s_longest_common_prefix():
     ids = [np.array(p) for p in ([1, 2, 3, 4], [1, 2, 9], [1, 2, 3, 4, 5], [1, 2, 3, 4], [7, 1], [1],
                                  [1, 2, 3])]
     # the last token is never shared: a prompt needs its own last row's logits
-    assert batch.shares(ids) == [None, (0, 2), (0, 4), (0, 3), None, None, (0, 2)]
-    assert batch.shares(ids[:2] + ids[4:6]) == [None, (0, 2), None, None]
-    assert batch.shares([np.array([1, 2]), np.array([3, 2])]) is None
+    assert model_runner.shares(ids) == [None, (0, 2), (0, 4), (0, 3), None, None, (0, 2)]
+    assert model_runner.shares(ids[:2] + ids[4:6]) == [None, (0, 2), None, None]
+    assert model_runner.shares([np.array([1, 2]), np.array([3, 2])]) is None
     # long prompts multiplied by a GEMM: not below `few` rows left, which the few-row kernels would take
-    assert batch.shares(ids[:4], few=6) == [None, (0, 2), (0, 4), (0, 3)]  # 16 rows, 9 shared
-    assert batch.shares(ids[:4], few=7) == [None, (0, 2), (0, 4), (0, 2)]
-    assert batch.shares(ids[:4], few=9) == [None, (0, 2), (0, 4), None]
-    assert batch.shares(ids[:4], few=15) is None
+    assert model_runner.shares(ids[:4], few=6) == [None, (0, 2), (0, 4), (0, 3)]  # 16 rows, 9 shared
+    assert model_runner.shares(ids[:4], few=7) == [None, (0, 2), (0, 4), (0, 2)]
+    assert model_runner.shares(ids[:4], few=9) == [None, (0, 2), (0, 4), None]
+    assert model_runner.shares(ids[:4], few=15) is None
     # sequences prefilled before come first: a < len(prior) names one of them
-    assert batch.shares([np.array([1, 2, 9, 9, 5]), ids[2]], prior=[ids[0], np.array([1, 2, 9, 9])]) == \
-        [(1, 4), (0, 4)]
+    prior = [ids[0], np.array([1, 2, 9, 9])]
+    assert model_runner.shares([np.array([1, 2, 9, 9, 5]), ids[2]], prior=prior) == [(1, 4), (0, 4)]
     # each prompt up to what most() allows; one that may share none is no one's source
-    assert batch.shares(ids, most=lambda n: max(0, n - 3)) == [None, None, (0, 2), (0, 1), None, None, None]
+    assert model_runner.shares(ids, most=lambda n: max(0, n - 3)) == [None, None, (0, 2), (0, 1), None, None,
+                                                                      None]
 
 
 def test_each_sequence_samples_with_its_own_settings_and_seed(files):
@@ -402,9 +405,9 @@ def test_cancel_frees_the_pages(files):
 def test_pool_sizes_and_zero_new_tokens(files):
     model = llama.load(files["llama-Q4_1"], **EXACT)
     c = model.config
-    pool = batch.KVPool(c, nbytes=10 * c.n_layers * 2 * c.h_kv * 16 * c.d_head * 4 + 5, page_keys=16)
+    pool = memory.Memory(c, nbytes=10 * c.n_layers * 2 * c.h_kv * 16 * c.d_head * 4 + 5, page_keys=16)
     assert pool.pages == 10 and pool.nbytes == 10 * c.n_layers * 2 * c.h_kv * 16 * c.d_head * 4
-    assert batch.KVPool(c, tokens=33, page_keys=16).pages == 3
+    assert memory.Memory(c, tokens=33, page_keys=16).pages == 3
     assert model.generate_batch([[1, 2], [3]], 0) == [[], []]
     assert model.generate_batch([], 5) == []
 
@@ -425,7 +428,7 @@ def test_one_page_and_the_default_pages(files):
 
 
 @pytest.mark.parametrize("activations", ["float32", "int8"])
-def test_default_pages_take_the_fused_step_of_rows(files, activations, on_backend):
+def test_default_pages_take_the_fused_step_of_rows(files, activations, on_backend, monkeypatch):
     """generate_batch's default pages hold each sequence whole, so its steps are the fused step of
     rows: token for token what generate gives each alone, with int8 activations too, on every
     backend (the paged step's int8 tokens may part from them:
@@ -434,9 +437,9 @@ def test_default_pages_take_the_fused_step_of_rows(files, activations, on_backen
     new = [20, 7, 33, 1, 12, 25]
     alone = [model.generate(p, n, ignore_eos=True) for p, n in zip(PROMPTS, new)]
     rows, paged = [], []
-    step_rows, run_batch = model._step_rows, model._run_batch
-    model._step_rows = lambda *a: (rows.append(len(a[1])), step_rows(*a))[1]
-    model._run_batch = lambda *a: (paged.append(1), run_batch(*a))[1]
+    step_rows, decode_paged = model_runner.decode_rows, model_runner.decode_paged
+    monkeypatch.setattr(model_runner, "decode_rows", lambda *a: (rows.append(len(a[2])), step_rows(*a))[1])
+    monkeypatch.setattr(model_runner, "decode_paged", lambda *a: (paged.append(1), decode_paged(*a))[1])
     together = model.generate_batch(PROMPTS, new, ignore_eos=True, max_batch=4)
     assert max(rows) == 4 and not paged
     assert together == alone
@@ -452,18 +455,18 @@ def test_generate_batch_lets_its_pool_go_at_once(files, on_backend, monkeypatch)
     import weakref
     model = llama.load(files["llama-Q4_1"], **EXACT)
     model.generate_batch(PROMPTS, 9, ignore_eos=True, max_batch=4)
-    memory, make = [], batch.KVPool.__init__
+    pools, make = [], memory.Memory.__init__
 
     def init(self, *args, **kw):
         make(self, *args, **kw)
-        memory.append(weakref.ref(self.data.base))  # the array that owns the pool's buffer
+        pools.append(weakref.ref(self.data.base))  # the array that owns the pool's buffer
 
-    monkeypatch.setattr(batch.KVPool, "__init__", init)
+    monkeypatch.setattr(memory.Memory, "__init__", init)
     collecting = gc.isenabled()
     gc.disable()
     try:
         model.generate_batch(PROMPTS, 9, ignore_eos=True, max_batch=4)
-        assert len(memory) == 1 and memory[0]() is None
+        assert len(pools) == 1 and pools[0]() is None
     finally:
         if collecting:
             gc.enable()
@@ -515,7 +518,7 @@ def test_the_pool_takes_memory_as_it_is_written(files):
     that is not backed by huge pages: of a pool of 32768 positions (16 MB here) one written position
     takes one 4 KB page (Linux: smaps' Rss of the mapping; THPeligible 0 where reported), not 2 MB."""
     model = llama.load(files["llama-Q4_1"], **EXACT)
-    pool = batch.KVPool(model.config, tokens=32768, page_keys=256)
+    pool = memory.Memory(model.config, tokens=32768, page_keys=256)
     assert pool.data.flags.writeable and pool.data.ctypes.data % 4096 == 0 and pool.nbytes > 4 << 20
     pool.data[0, 0, 0, 0, 0] = 1.0
     try:

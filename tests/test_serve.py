@@ -22,7 +22,7 @@ openai = pytest.importorskip("openai", reason='pip install "silkattn[test]"')
 import uvicorn  # noqa: E402
 
 from silkattn import serve  # noqa: E402
-from silkattn.models import llama  # noqa: E402
+from silkattn.models import llama, runner  # noqa: E402
 
 import llama_files  # noqa: E402
 
@@ -128,7 +128,7 @@ def test_a_prompt_takes_the_keys_of_one_running_and_says_so(path):
     copies the keys of their common positions from A's pages (its first event says how many: the
     usage's prompt_tokens_details.cached_tokens) and writes what generate writes for it alone."""
     model = llama.load(path)
-    if not model._shareable(40):
+    if not runner.shareable(model, 40):
         pytest.skip("the backend's attention takes no prompt's keys from another (no compiled kernel)")
     engine, go, events = serve.Engine(model, max_batch=4), threading.Event(), {"a": [], "b": []}
 

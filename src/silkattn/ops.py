@@ -9,7 +9,7 @@ record does the arithmetic.
 """
 import functools
 
-from . import _api, _backends, _backward
+from . import _api, _backends, _backward, _plan
 
 
 def softmax(x, *, out=None):
@@ -259,6 +259,26 @@ def layer_step_rows(step, X, positions, K_pages, V_pages, pages):
     rows, each row's attention over its page). Llama-family records (block products, pre-norm,
     gated, no cross-attention)."""
     return _api.layer_step_rows(_backends.kernels(), step, X, positions, K_pages, V_pages, pages)
+
+
+# ---- what the current backend's kernels promise about a row (models.runner packs calls by them)
+
+def rows_alike(W):  # -> int
+    """The most rows of X that linear(X, W) multiplies in W's few-row kernels, each row summed as
+    it is alone, where past them a GEMM sums a row otherwise (in the last bits); 0 where the two
+    sum alike. A prompt of at most so many rows, prefilled with others of at most so many rows in
+    all, gets generate's sums."""
+    return _api.few_rows(_backends.kernels(), W)
+
+
+def attention_alone_rows(group):  # -> int, or None
+    """The fewest query rows a K/V head (group query heads to each) from which the current
+    backend's compiled attention computes a causal row from its keys alone, whatever the other
+    rows of the call (the tiles path: more than _plan.ROWS_MAX rows a K/V head); None where the
+    backend has no compiled attention (NumPy's sums depend on the call's rows)."""
+    if _backends.kernels().attention is None:
+        return None
+    return _plan.ROWS_MAX // group + 1
 
 
 OPS = ("softmax", "layer_norm", "attention", "attention_backward", "attention_varlen", "attention_paged",

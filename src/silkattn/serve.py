@@ -16,7 +16,7 @@ in the content. Other fields are ignored.
 stream: server-sent events, one chunk a piece of text, the last
 with its finish_reason, then "data: [DONE]". usage.prompt_tokens_details.cached_tokens: the prompt
 tokens whose keys were copied from another sequence whose prompt began alike, running or ended
-(models.batch.shares), not computed again. A request the server cannot run never reaches the model:
+(models.runner.shares), not computed again. A request the server cannot run never reaches the model:
 malformed JSON, a missing or mistyped field, max_tokens < 1, another model's name, a prompt that with
 its max_tokens exceeds the context get a 4xx and OpenAI's error body {"error": {"message", "type",
 "param", "code"}}; with --api-key, a request without "Authorization: Bearer KEY" gets 401.

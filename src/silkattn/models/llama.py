@@ -1,4 +1,5 @@
-"""A Llama-architecture LLM (SmolLM2, TinyLlama, Llama 2/3, ...) from a GGUF file, on silkattn's ops:
+"""A decoder LLM of the family (llama, qwen2, qwen3, gemma3: SmolLM2, TinyLlama, Llama 2/3, Qwen2.5,
+Gemma 3, ...) from a GGUF file, on silkattn's ops:
 
     model = silkattn.models.llama.load(path)          # pip install "silkattn[llm]"
     model.chat([{"role": "user", "content": "What is the capital of France?"}], max_new_tokens=64)
@@ -16,10 +17,11 @@ the backend has it: norm, Q/K/V, rotary, cache append, attention, output project
 norm, gate/up, SwiGLU, down projection and residual) reading each block once, each layer's record
 (ops.layer_step_record: its matrices, norms, eps, rotary tables and cache by name) made once per
 generation, the family's options (QK-norm, sandwich norms, GeGLU, a window over a ring cache)
-and matrices whose parts differ in type included; the same step as separate ops (Llama._run, the
-readable path and the fused one's oracle) runs where a matrix is float32. The KV cache holds only
-the K/V heads (grouped-query attention), in float32, or with load(..., kv_dtype="float16") in
-float16 (half the bytes, each key and value rounded as it is written, as llama.cpp's cache).
+and matrices whose parts differ in type included; the same step as the blocks' ops (models.blocks,
+the readable path and the fused one's oracle) runs where a matrix is float32 (blocks.fusable). The
+KV cache holds only the K/V heads (grouped-query attention), in float32, or with load(...,
+kv_dtype="float16") in float16 (half the bytes, each key and value rounded as it is written, as
+llama.cpp's cache).
 """
 import dataclasses
 import importlib.util
@@ -28,10 +30,10 @@ import time
 
 import numpy as np
 
-from .. import _aligned, _backends, _plan, ops, quant
+from .. import _aligned, quant
 from .. import _checks as check
 from .. import reference as ref
-from . import batch, blocks, gguf, hub, reasoning
+from . import batch, blocks, gguf, hub, reasoning, runner
 from .family import FamilyConfig
 
 LlamaConfig = FamilyConfig  # the config of every architecture of the family (models/family.py)
@@ -73,46 +75,17 @@ class LlamaLayer:
         return all(isinstance(w, quant.QuantizedMatrix) for w in self.products)
 
 
-def _keys(A, table, n):  # -> (h_kv, n, dh): a sequence's first n positions of a pool's K or V
-    return A[table[0]][:, :n] if len(table) == 1 else np.concatenate(list(A[np.asarray(table)]), 1)[:, :n]
-
-
-def _shared_rows(cu, shared, where, prior, P):  # -> (own, taken, roots, cu_q)
-    """Packed prompts (rows cu[b] .. cu[b + 1]), where[j] = (page, slot) of packed position j, of
-    which some take their first p positions from another sequence (shared[b] = (a, p): a sequence
-    of `prior`, page tables of sequences prefilled before, for a < len(prior), else the packed
-    prompt a - len(prior) < b): own, the packed positions computed (computed row r is position
-    own[r]); taken, the others; roots (2, len(taken)), the page and slot whose keys and values
-    each taken position copies (a computed one's, or a prior sequence's); cu_q, the computed rows'
-    bounds, prompt by prompt."""
-    page, slot = where  # P: positions a page
-    root_page, root_slot = page.copy(), slot.copy()
-    own, taken, cu_q = [], [], [0]
-    for b, share in enumerate(shared):
-        a, p = share or (0, 0)
-        lo, hi = cu[b], cu[b] + p
-        if p and a < len(prior):
-            table = np.asarray(prior[a])
-            root_page[lo:hi], root_slot[lo:hi] = table[np.arange(p) // P], np.arange(p) % P
-        elif p:
-            src = cu[a - len(prior)]
-            root_page[lo:hi], root_slot[lo:hi] = root_page[src:src + p], root_slot[src:src + p]
-        taken.append(np.arange(cu[b], cu[b] + p))
-        own.append(np.arange(cu[b] + p, cu[b + 1]))
-        cu_q.append(cu_q[-1] + cu[b + 1] - cu[b] - p)
-    taken = np.concatenate(taken)
-    return np.concatenate(own), taken, (root_page[taken], root_slot[taken]), np.array(cu_q)
-
-
 def _dense(W):  # a layer's matrix as float32 (in, out)
     if isinstance(W, tuple):
         return np.concatenate([_dense(w) for w in W], -1)
     return W.dequantize() if isinstance(W, quant.QuantizedMatrix) else W
 
 
-class Llama:
-    """A loaded model: config, the embedding, layers (LlamaLayer), final norm and output head, the
-    tokenizer and the chat template. .params gives reference.llama's float32 layout, on demand."""
+class Decoder:
+    """A loaded decoder of the family (family.ARCHITECTURES), its layers composed of blocks
+    (models.blocks) as its architecture says: config, the embedding, layers (LlamaLayer), final
+    norm and output head, the tokenizer and the chat template. .params gives reference.llama's
+    float32 layout, on demand."""
 
     def __init__(self, config, emb, layers, norm, head, tokenizer, template, bos_id=None, eos_id=None,
                  path=None, add_bos=False, kv_dtype="float32"):
@@ -214,175 +187,19 @@ class Llama:
         scale = self.config.embed_scale
         return X if scale is None else X * np.float32(scale)
 
-    def layer_steps(self, cache):  # -> [LayerStep] (ops.layer_step_record), or None
-        """The decoding step's records over `cache` (as from self.cache()), one a layer, sharing one
-        set of buffers: what ops.layer_step runs a token through; None where the step runs as ops."""
+    def layer_records(self, cache):  # -> [LayerStep] (ops.layer_step_record), or None
+        """The fused decoding step's records over `cache` (as from self.cache()), one a layer, sharing
+        one set of buffers: what ops.layer_step runs a token through; None where the step runs as
+        the blocks' ops (blocks.fusable)."""
         if not self._fused:
             return None
         return blocks.layer_records(self.config, self.layers, cache)
 
-    def _run(self, ids, cache, start, last_only=True, fused=True, steps=None):  # ids at start .. start + n
-        """Logits of the new positions (the last one only if last_only); their K and V written to cache.
-        One token runs the fused step through the records `steps` (made here if None; fused=False:
-        the ops, its oracle)."""
-        c = self.config
-        if fused and len(ids) == 1 and self._fused:
-            return self._step(steps or self.layer_steps(cache), int(ids[0]), start)
-        end = start + len(ids)
-
-        def attend(i, q, k, v):  # the new K, V into the layer's cache, then q's attention over it
-            return self._cached_attention(q, k, v, cache[i], start, end - q.shape[1], c.window(i))
-        last = [len(ids) - 1] if last_only else None
-        H = self._layers(self._embed(ids), np.arange(start, end), attend, last)
-        return ops.linear(H, self.head)
-
-    def _run_batch(self, ids, positions, pool, table, lengths):  # -> logits (B, vocab)
-        """One token of each of B sequences at its own position, in one pass over the weights: ids,
-        positions (B,); the sequences' caches are pages of `pool` (a batch.KVPool), table (B, pages)
-        their page ids and lengths (B,) = positions + 1 their keys once this token's are written."""
-        c, P = self.config, pool.page_keys
-        page, slot = table[np.arange(len(ids)), positions // P], positions % P
-
-        def attend(i, q, k, v):  # q (hq, B, dh), k, v (hkv, B, dh)
-            K, V = pool.layer(i)
-            K[page, :, slot], V[page, :, slot] = k.swapaxes(0, 1), v.swapaxes(0, 1)
-            w, pages = c.window(i), table
-            if K.dtype != np.float32:  # a float16 pool: the pages the rows read, widened
-                used, pages = np.unique(table, return_inverse=True)
-                K, V = K[used].astype(np.float32), V[used].astype(np.float32)
-                pages = pages.reshape(table.shape)
-            A = ops.attention_paged(q.swapaxes(0, 1)[:, :, None], K, V, pages, lengths, scale=c.scale,
-                                    window=None if w is None else (w - 1, -1))
-            return A[:, :, 0].swapaxes(0, 1)
-        return ops.linear(self._layers(self._embed(ids), positions, attend), self.head)
-
-    def _prefill_batch(self, prompts, pool, tables, shared=None, prior=()):  # -> logits (B, vocab)
-        """Prompts (arrays of ids) prefilled together, packed end to end: one pass over the weights
-        for all their rows, each prompt's keys and values written to its pages (tables: each one's
-        page ids, enough for it), each attending over its own rows (ops.attention_varlen); the
-        logits after each prompt. shared: for each prompt None or (a, p) (batch.shares): its first p
-        positions are those of sequence a (prior[a], the page table of a sequence prefilled before,
-        for a < len(prior), else prompt a - len(prior), an earlier one), whose keys and values it
-        copies instead of multiplying its rows. They are the same to the bit where silkattn's own
-        kernels multiply the rows (int8 activations; float32 rows up to _api.few_rows): a row's
-        products and, where _shareable allows, its attention do not depend on the other rows of the
-        call. A float32 GEMM past those rows is the BLAS's, whose row sums may (OpenBLAS's Haswell
-        kernel): there they are within the tolerance table. Its own rows attend over them as they
-        would alone."""
-        c, P = self.config, pool.page_keys
-        lens = np.array([len(p) for p in prompts])
-        cu = np.concatenate([[0], np.cumsum(lens)])
-        positions = np.concatenate([np.arange(n) for n in lens])
-        page = np.concatenate([np.asarray(t)[np.arange(n) // P] for t, n in zip(tables, lens)])
-        slot = positions % P
-        if shared is None or not any(shared):
-            own, cu_q = None, cu
-        else:
-            own, taken, (root_page, root_slot), cu_q = _shared_rows(cu, shared, (page, slot), prior, P)
-
-        def attend(i, q, k, v):  # q (hq, rows, dh), k, v (hkv, rows, dh): the computed rows
-            K, V = pool.layer(i)
-            if own is None:
-                K[page, :, slot], V[page, :, slot] = k.swapaxes(0, 1), v.swapaxes(0, 1)
-                k, v = self._as_cached(k), self._as_cached(v)  # what the pages hold: float16 rounds
-            else:  # the computed rows to their pages, the shared positions copied, then every key read back
-                K[page[own], :, slot[own]], V[page[own], :, slot[own]] = k.swapaxes(0, 1), v.swapaxes(0, 1)
-                K[page[taken], :, slot[taken]] = K[root_page, :, root_slot]
-                V[page[taken], :, slot[taken]] = V[root_page, :, root_slot]
-                k, v = (A[page, :, slot].swapaxes(0, 1).astype(np.float32, copy=False) for A in (K, V))
-            w = c.window(i)
-            if i + 1 < c.n_layers:  # the last layer's q: each prompt's last row alone (_layers' last)
-                return ops.attention_varlen(q, k, v, cu_q, cu_seqlens_k=cu, causal=True, scale=c.scale,
-                                            window=None if w is None else (w - 1, -1))
-            # the last layer: each prompt's last query over its keys, as generate's prefill takes it
-            return np.concatenate([self._attend(q[:, [b]], _keys(K, t, n), _keys(V, t, n), n - 1, n, w)
-                                   for b, (t, n) in enumerate(zip(tables, lens))], 1)
-        ids = np.concatenate(prompts)
-        if own is not None:
-            ids, positions = ids[own], positions[own]
-        H = self._layers(self._embed(ids), positions, attend, cu_q[1:] - 1)
-        return ops.linear(H, self.head)
-
-    def _shareable(self, n):  # -> int
-        """The most of its first positions a prompt of n positions may take from another such prompt
-        in a prefill (batch.shares), 0 for none: so many that its own rows and the other's take a
-        compiled attention's tiles path (more than _plan.ROWS_MAX query rows a K/V head), where no
-        window hides a key from them. There a causal row's result is a function of its keys alone,
-        not of the rows before or after it in the call (the rows path and a window's first key are
-        laid out by the call's rows; so is the reference's sum in NumPy)."""
-        c = self.config
-        least = _plan.ROWS_MAX // (c.h // c.h_kv) + 1  # the fewest query rows that take the tiles path
-        if _backends.kernels().attention is None or any(
-                c.window(i) is not None and n > c.window(i) for i in range(c.n_layers)):
-            return 0
-        return max(0, n - least)
-
-    def _layers(self, X, positions, attend, last=None):  # -> (rows, d), the final norm's output
-        """X (n, d), the embedded tokens at `positions` (n,), through every layer (models.blocks);
-        attend(i, q, k, v) -> A: layer i's attention of q (hq, rows, dh) after keeping k, v (hkv, n,
-        dh) in its cache, A (hq, rows, dh). last: the rows (indices) the last layer's attention and
-        what follows take alone (the others reach no logit), so that their products are those of so
-        many rows."""
-        return blocks.run_layers(self.config, self.layers, self.norm, X,
-                                 blocks.Pass(self.config, positions, attend, last))
-
-    def _cached_attention(self, q, k, v, cache, start, first, w):
-        """k, v (hkv, n, dh) of positions start .. end written to the layer's cache (K, V), then q's
-        attention (positions first .. end) over it. A cache shorter than end is the window's ring:
-        the positions it holds are put back in order before the new ones, and the new ones it keeps
-        (the last of them) written to their slots."""
-        K, V = cache  # each (hkv, positions, dh)
-        end, size = start + k.shape[1], K.shape[1]
-        # the attention reads what the cache holds: k, v written to it (rounded to its dtype there,
-        # numpy's cast: one conversion, not a round trip before it) and read back by _attend
-        if size >= end:
-            K[:, start:end], V[:, start:end] = k, v
-            return self._attend(q, K, V, first, end, w)
-        keep = np.arange(max(start, end - size), end)  # the new positions the ring keeps
-        if end - start == 1:  # a decoding step: the ring, once written, is exactly its window
-            K[:, keep % size], V[:, keep % size] = k, v
-            return self._attend(q, K, V, first, size, None)
-        k, v = self._as_cached(k), self._as_cached(v)  # read from here, beside the ring's rows
-        old = np.arange(max(0, start - w + 1), start)  # cached positions the first new one still sees
-        Kc, Vc = np.concatenate([K[:, old % size], k], 1), np.concatenate([V[:, old % size], v], 1)
-        K[:, keep % size], V[:, keep % size] = k[:, keep - start], v[:, keep - start]
-        lo = start - len(old)
-        return ops.attention(q, Kc, Vc, causal=True, q_offset=first - lo, window=(w - 1, -1),
-                             scale=self.config.scale)
-
-    def _attend(self, q, K, V, first, end, w):  # q (hq, rows, dh) at positions first.., keys < end
-        """Causal attention over the cached keys, those within the window w back where w is set. One
-        position (a decoding step) sees every key it is given: a group's query heads then go in as
-        the rows of one K/V head's attention, which reads each cached row once for the group."""
-        hq, rows, dh = q.shape
-        hkv = K.shape[0]
-        one = rows == 1 and hq % hkv == 0
-        lo = max(0, end - w) if one and w is not None else 0
-        K, V = (A[:, lo:end].astype(np.float32, copy=False) for A in (K, V))  # a float16 cache widened
-        if one:
-            A = ops.attention(q.reshape(hkv, hq // hkv, dh), K, V, scale=self.config.scale)
-            return A.reshape(hq, 1, dh)
-        window = None if w is None else (w - 1, -1)
-        return ops.attention(q, K, V, causal=True, q_offset=first, window=window, scale=self.config.scale)
-
-    def _as_cached(self, k):  # k (float32) as the cache holds it: rounded to float16 and back, or k itself
-        return k if self.kv_dtype == np.float32 else k.astype(self.kv_dtype).astype(np.float32)
-
-    def _step(self, steps, token, pos):  # -> logits (1, vocab)
-        """_run for one token at position pos: one ops.layer_step per layer."""
-        x = np.ascontiguousarray(self._embed([token])[0])  # (d,): the residual stream, updated in place
-        for step in steps:
-            ops.layer_step(step, x, pos)
-        return ops.linear(ops.rms_norm(x[None], self.norm, self.config.eps), self.head)
-
-    def _step_rows(self, steps, tokens, positions, pool, pages):  # -> logits (B, vocab)
-        """_run_batch through the fused step of rows (ops.layer_step_rows, one call for all the layers):
-        token b at positions[b] over page pages[b] of the pool, where each sequence's positions fit
-        in its one page; steps: the records over a page (the pages' layout)."""
-        X = np.ascontiguousarray(self._embed(tokens), np.float32)  # (B, d): the residual rows
-        K, V = zip(*(pool.layer(i) for i in range(len(steps))))
-        ops.layer_step_rows(list(steps), X, positions, list(K), list(V), pages)
-        return ops.linear(ops.rms_norm(X, self.norm, self.config.eps), self.head)
+    def _run(self, ids, cache, start, last_only=True, fused=True, records=None):  # -> logits
+        """The logits of ids at positions start .. start + n (the last one only if last_only), their
+        K and V written to cache (runner.run: one token through the fused step's records where the
+        model has it, unless fused=False: the blocks' ops, its oracle)."""
+        return runner.run(self, ids, cache, start, last_only, fused, records)
 
     # ---- generation
 
@@ -407,7 +224,7 @@ class Llama:
         step runs; with a pool of a given size, batch.PAGE_KEYS).
         self.stats: the batch's steps, prompt and new tokens, prefill and decode seconds, and
         shared_tokens, the prompt positions whose keys a prompt copied from another that began alike
-        (batch.shares)."""
+        (runner.shares)."""
         prompts = list(prompts)
         settings = {"max_new_tokens": max_new_tokens, "temperature": temperature, "top_k": top_k,
                     "top_p": top_p, "seed": seed, "ignore_eos": ignore_eos}
@@ -517,7 +334,7 @@ class Llama:
             if not max_new_tokens:
                 return
             cache, start = self.cache(len(ids) + max_new_tokens), time.perf_counter()
-            steps = self.layer_steps(cache)
+            records = self.layer_records(cache)
             logits = self._run(ids, cache, 0)[-1]
             stats["prefill_s"], position = time.perf_counter() - start, len(ids)
             while True:
@@ -528,7 +345,7 @@ class Llama:
                 if stats["stopped"] or stats["new_tokens"] == max_new_tokens:
                     return
                 start = time.perf_counter()
-                logits = self._run(np.array([token]), cache, position, steps=steps)[-1]
+                logits = self._run(np.array([token]), cache, position, records=records)[-1]
                 stats["decode_s"], position = stats["decode_s"] + time.perf_counter() - start, position + 1
         return tokens()
 
@@ -541,6 +358,9 @@ class Llama:
         if n + max_new_tokens > self.config.context_length:
             raise ValueError(f"{n} prompt tokens + max_new_tokens={max_new_tokens} exceed the model's "
                              f"context length of {self.config.context_length} tokens")
+
+
+Llama = Decoder  # the name of the first architecture of the family, kept for code written with it
 
 
 def _split_stream(pieces, inside):  # str pieces -> reasoning.Piece's, split as they come
@@ -700,7 +520,7 @@ def load(path=None, *, activations=ACTIVATIONS, kv_dtype=KV_DTYPE):
     emb = emb if isinstance(emb, quant.QuantizedMatrix) else emb.T  # float32: (vocab, d), rows by id
     head = matrix(["output.weight"]) if "output.weight" in names else emb if isinstance(
         emb, quant.QuantizedMatrix) else emb.T
-    return Llama(c, emb, [layer(i) for i in range(c.n_layers)], file.dequantize("output_norm.weight"), head,
+    return Decoder(c, emb, [layer(i) for i in range(c.n_layers)], file.dequantize("output_norm.weight"), head,
                  gguf.tokenizer(file), gguf.chat_template(file),
                  file.get("tokenizer.ggml.bos_token_id", None),
                  file.get("tokenizer.ggml.eos_token_id", None), file.path,
