@@ -1,8 +1,9 @@
 /* One decoder layer for one token (a decoding step) in one call, on one OpenMP team: a step of N
  * layers is N calls instead of a dozen op calls a layer with their Python bookkeeping. One runner
  * for both kinds of layer silkattn's models have:
- *   the Llama family: pre-norm, RMSNorm, rotary Q and K, grouped-query attention, SwiGLU, no biases,
- *     the weights as GGUF blocks;
+ *   the family's pre_norm composition (models/blocks.py): RMSNorm, Q/K/V with optional biases,
+ *     optional QK-norms, rotary Q and K, grouped-query attention (optionally over a window's ring),
+ *     optional sandwich norms, SwiGLU or GeGLU, the weights as GGUF blocks;
  *   the listing's block (the seed's decoder, the encoder-decoder's decoder): LayerNorm pre- or
  *     post-norm, multi-head attention, optional cross-attention over the encoder's keys, ReLU
  *     feed-forward with biases, float32 (in, out) weights.
