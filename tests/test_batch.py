@@ -61,7 +61,7 @@ def test_a_lone_sequence_takes_the_fused_step(files, name, activations, on_backe
     monkeypatch.setattr(model_runner, "decode_one", lambda *a: (fused.append(1), step(*a))[1])
     assert model.generate_batch(PROMPTS, new, ignore_eos=True, max_batch=1, page_keys=64) == alone
     steps = sum(new) - len(new) + sum(len(p) == 1 for p in PROMPTS)  # a one-token prompt's first too
-    assert len(fused) == (steps if model._fused else 0) and (name == "mqa-F16") != model._fused
+    assert len(fused) == (steps if model.fused else 0) and (name == "mqa-F16") != model.fused
     monkeypatch.setattr(model_runner, "decode_one", step)
     if activations == "float32":  # together, then the last one alone: int8's tokens may differ (below)
         together = model.generate_batch(PROMPTS[:3], new[:3], ignore_eos=True, max_batch=3, page_keys=64)
@@ -80,7 +80,7 @@ def test_sequences_within_a_page_each_take_the_fused_step_of_rows(files, name, o
     rows, step_rows = [], model_runner.decode_rows
     monkeypatch.setattr(model_runner, "decode_rows", lambda *a: (rows.append(len(a[2])), step_rows(*a))[1])
     assert model.generate_batch(PROMPTS, new, ignore_eos=True, max_batch=4, page_keys=64) == alone
-    assert (max(rows, default=0) == 4) == model._fused and (name == "mqa-F16") != model._fused
+    assert (max(rows, default=0) == 4) == model.fused and (name == "mqa-F16") != model.fused
 
 
 def test_batch_of_int8_activations_follows_the_model(files, on_backend):

@@ -79,7 +79,7 @@ def test_a_parallel_composition_generates_as_its_numpy_composition(files, on_bac
         expected.append(int(np.argmax(numpy_parallel(np.array(ids + expected), tensors)[-1])))
     assert model.generate(ids, 10, ignore_eos=True) == expected
     blocks = llama.load(files["Q8_0"][0], **EXACT)
-    assert not blocks._fused
+    assert not blocks.fused
     prompts = [[5, 80, 33], [9] * 20, list(range(40, 70)), [60]]
     alone = [blocks.generate(p, 8, ignore_eos=True) for p in prompts]
     assert blocks.generate_batch(prompts, 8, ignore_eos=True, max_batch=3) == alone

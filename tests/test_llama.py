@@ -446,7 +446,7 @@ def test_llama3_rope_freqs_as_llama_cpp_applies_them(tmp_path, kind, on_backend)
     assert_matches(ref.llama(ids, params64(P)), expected, np.float64)
     plain = _file_order_llama(stored, ids, h, h_kv, n_layers, base, np.ones(8), model.config.eps)
     assert np.abs(plain - expected).max() > 100 * np.abs(logits - expected).max()  # the factors matter
-    if model._fused:  # a quantized file: decoding steps through the records, tables with the factors
+    if model.fused:  # a quantized file: decoding steps through the records, tables with the factors
         cache = model.cache(len(ids))
         model._run(np.array(ids[:3]), cache, 0)
         for p in range(3, len(ids)):
@@ -488,7 +488,7 @@ def test_k_quant_files_run_on_their_blocks(tmp_path, on_backend, activations):
     _k_quant_file(path)
     model = llama.load(path, activations=activations, kv_dtype="float32")
     kinds = [(L.wqkv.kind, L.wo.kind, *{W.kind for W in L.wgu}, L.wd.kind) for L in model.layers]
-    assert kinds == [("Q4_K", "Q5_0", "Q5_K", "Q6_K"), ("Q4_K", "Q5_1", "Q5_K", "Q6_K")] and model._fused
+    assert kinds == [("Q4_K", "Q5_0", "Q5_K", "Q6_K"), ("Q4_K", "Q5_1", "Q5_K", "Q6_K")] and model.fused
     assert model.emb.kind == "Q8_0" and all(L.wd.activations == activations for L in model.layers)
     P = model.params if activations == "float32" else q8_params(model)
     ids = [1, 70, 80, 90, 100, 3, 250, 7, 9, 40, 41, 42]
@@ -533,11 +533,11 @@ def test_a_path_alone_loads_with_the_defaults(files, tmp_path):
     int8 rows as llama.cpp's; a float16 cache either way; asked for, the other choices."""
     q41 = llama.load(files["Q4_1"])
     assert q41.kv_dtype == np.float16 and q41.cache(4)[0].dtype == np.float16
-    assert {W.activations for L in q41.layers for W in L.products} == {"float32"} and q41._fused
+    assert {W.activations for L in q41.layers for W in L.products} == {"float32"} and q41.fused
     path = str(tmp_path / "kq.gguf")
     _k_quant_file(path)
     kq = llama.load(path)
-    assert {W.activations for L in kq.layers for W in L.products} == {"int8"} and kq._fused
+    assert {W.activations for L in kq.layers for W in L.products} == {"int8"} and kq.fused
     assert kq.emb.activations == "int8" and kq.kv_dtype == np.float16
     asked = llama.load(path, activations="float32", kv_dtype="float32")
     assert {W.activations for L in asked.layers for W in L.products} == {"float32"}

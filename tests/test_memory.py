@@ -84,3 +84,26 @@ def test_a_view_writes_each_row_where_its_position_goes(dtype):
         page = read[row, view.lengths[row] // 4 if view.lengths[row] % 4 else view.lengths[row] // 4 - 1]
         np.testing.assert_array_equal(K[page, :, view.slot[row]], k[:, row])
         np.testing.assert_array_equal(V[page, :, view.slot[row]], -k[:, row])
+
+
+def test_a_packed_view_holds_each_prompt_s_positions_in_its_pages():
+    """A prefill's view: a row for every position of every prompt, written to its prompt's pages,
+    copied between rows, read back all together and one prompt at a time."""
+    mem = Memory(CONFIG, tokens=6 * 4, page_keys=4)
+    mem.reserve(3)
+    tables = [[mem.take(), mem.take()], [mem.take()]]
+    view = mem.packed(tables, [6, 3])
+    assert view.page.tolist() == [tables[0][0]] * 4 + [tables[0][1]] * 2 + [tables[1][0]] * 3
+    assert view.slot.tolist() == [0, 1, 2, 3, 0, 1, 0, 1, 2]
+    k = np.arange(9 * 4, dtype=np.float32).reshape(1, 9, 4)
+    own = np.array([0, 1, 2, 3, 4, 5, 8])
+    view.write(0, k[:, own], -k[:, own], own)
+    view.copy(0, np.array([6, 7]), view.page[:2], view.slot[:2])  # the second prompt's first two: the first's
+    K, V = view.gather(0)
+    expected = k.copy()
+    expected[:, 6:8] = k[:, :2]
+    np.testing.assert_array_equal(K, expected)
+    np.testing.assert_array_equal(V, -expected)
+    Kb, Vb = view.keys(0, 1)
+    np.testing.assert_array_equal(Kb, expected[:, 6:])
+    np.testing.assert_array_equal(view.keys(0, 0)[1], -expected[:, :6])

@@ -99,7 +99,7 @@ class Decoder:
         self._params = None
         # the fused step runs where blocks.fusable says (else the step runs as the blocks' ops: the
         # readable path and the fused one's oracle)
-        self._fused = blocks.fusable(config, layers)
+        self.fused = blocks.fusable(config, layers)
 
     @property
     def params(self):
@@ -181,7 +181,7 @@ class Decoder:
         c = self.config
         return sum(self.cache_positions(capacity)) * 2 * c.h_kv * c.d_head * self.kv_dtype.itemsize
 
-    def _embed(self, ids):  # -> (n, d) float32, times the architecture's embedding scale
+    def embed(self, ids):  # -> (n, d) float32, times the architecture's embedding scale
         quantized = isinstance(self.emb, quant.QuantizedMatrix)
         X = ref.dequantize(self.emb.blocks[ids], self.emb.kind) if quantized else self.emb[ids]
         scale = self.config.embed_scale
@@ -191,7 +191,7 @@ class Decoder:
         """The fused decoding step's records over `cache` (as from self.cache()), one a layer, sharing
         one set of buffers: what ops.layer_step runs a token through; None where the step runs as
         the blocks' ops (blocks.fusable)."""
-        if not self._fused:
+        if not self.fused:
             return None
         return blocks.layer_records(self.config, self.layers, cache)
 

@@ -17,10 +17,10 @@ state: none for attention-only models). Its contract:
 - state slots: slot() a zeroed one, copy_slot, fork_slot and snapshot (a copy at a position: the
   end of a prompt), free_slot.
 - view(tables, positions, slots): what one step of a batch reads and writes (View): the page tables,
-  the lengths once the step's keys are written, where each row's keys go, the state slots. The
-  model runner writes keys and values only to the pages of the sequences it runs (through a view
-  in the paged step; the packed prefill and the fused step to the tables it is handed); the
-  scheduler never touches the data.
+  the lengths once the step's keys are written, where each row's keys go, the state slots;
+  packed(tables, lengths): the same for prompts prefilled together, a row a position. The model
+  runner reads and writes keys and values through views (the fused step of rows through its
+  tables); the scheduler never touches the data.
 """
 import dataclasses
 
@@ -172,6 +172,18 @@ class Memory:
 
     # ---- a step's view
 
+    def packed(self, tables, lengths):  # -> View
+        """The view of a prefill of B prompts packed end to end: tables, each prompt's page ids;
+        lengths (B,), its positions; a row for each of their positions, prompt after prompt (row
+        j of prompt b at position j - cu[b]), written where that position goes."""
+        lengths = np.asarray(lengths, np.int64)
+        table = np.zeros((len(tables), max(len(t) for t in tables)), np.int64)
+        for row, t in zip(table, tables):
+            row[:len(t)] = t
+        positions = np.concatenate([np.arange(n) for n in lengths])
+        page = np.concatenate([t[np.arange(n) // self.page_keys] for t, n in zip(table, lengths)])
+        return View(self, table, lengths, page, positions % self.page_keys)
+
     def view(self, tables, positions, slots=None):  # -> View
         """The view of one step of B rows: tables, each row's page ids in order of position (lists);
         positions (B,), where each row's keys go; slots (B,), each row's state slot (or None)."""
@@ -197,9 +209,26 @@ class View:
     slot: np.ndarray
     slots: np.ndarray = None
 
-    def write(self, i, k, v):  # k, v (hkv, B, dh): the rows' keys and values of layer i, to their slots
+    def write(self, i, k, v, rows=None):  # k, v (hkv, rows, dh): layer i's keys and values of the rows
+        """To where each row's position goes: every row's, or those of `rows` (indices)."""
         K, V = self.memory.layer(i)
-        K[self.page, :, self.slot], V[self.page, :, self.slot] = k.swapaxes(0, 1), v.swapaxes(0, 1)
+        page, slot = (self.page, self.slot) if rows is None else (self.page[rows], self.slot[rows])
+        K[page, :, slot], V[page, :, slot] = k.swapaxes(0, 1), v.swapaxes(0, 1)
+
+    def copy(self, i, rows, page, slot):  # layer i's keys and values of (page, slot) to the rows' places
+        K, V = self.memory.layer(i)
+        K[self.page[rows], :, self.slot[rows]] = K[page, :, slot]
+        V[self.page[rows], :, self.slot[rows]] = V[page, :, slot]
+
+    def gather(self, i):  # -> (k, v), each (hkv, rows, dh) float32: what the rows' places hold
+        return tuple(A[self.page, :, self.slot].swapaxes(0, 1).astype(np.float32, copy=False)
+                     for A in self.memory.layer(i))
+
+    def keys(self, i, b):  # -> (K, V), each (hkv, lengths[b], dh): sequence b's keys and values
+        n, table = self.lengths[b], self.tables[b]
+        pages = table[:self.memory.pages_for(n)]
+        return tuple(A[pages[0]][:, :n] if len(pages) == 1 else np.concatenate(list(A[pages]), 1)[:, :n]
+                     for A in self.memory.layer(i))
 
     def read(self, i):  # -> (K, V, tables): layer i's pages the rows read, float32, and their tables
         K, V = self.memory.layer(i)

@@ -19,10 +19,6 @@ from . import blocks
 PREFILL_ROWS = 2048  # the joining prompts' rows prefilled in one pass at most (a longer prompt alone)
 
 
-def _keys(A, table, n):  # -> (h_kv, n, dh): a sequence's first n positions of a pool's K or V
-    return A[table[0]][:, :n] if len(table) == 1 else np.concatenate(list(A[np.asarray(table)]), 1)[:, :n]
-
-
 def _shared_rows(cu, shared, where, prior, P):  # -> (own, taken, roots, cu_q)
     """Packed prompts (rows cu[b] .. cu[b + 1]), where[j] = (page, slot) of packed position j, of
     which some take their first p positions from another sequence (shared[b] = (a, p): a sequence
@@ -84,14 +80,14 @@ def run(m, ids, cache, start, last_only=True, fused=True, records=None):  # ids 
     One token runs the fused step through `records` (made here if None; fused=False:
     the ops, its oracle)."""
     c = m.config
-    if fused and len(ids) == 1 and m._fused:
+    if fused and len(ids) == 1 and m.fused:
         return decode_one(m, records or m.layer_records(cache), int(ids[0]), start)
     end = start + len(ids)
 
     def attend(i, q, k, v):  # the new K, V into the layer's cache, then q's attention over it
         return cached_attention(m, q, k, v, cache[i], start, end - q.shape[1], c.window(i))
     last = [len(ids) - 1] if last_only else None
-    H = layers(m, m._embed(ids), np.arange(start, end), attend, last)
+    H = layers(m, m.embed(ids), np.arange(start, end), attend, last)
     return ops.linear(H, m.head)
 
 
@@ -108,13 +104,13 @@ def decode_paged(m, ids, view):  # -> logits (B, vocab)
         A = ops.attention_paged(q.swapaxes(0, 1)[:, :, None], K, V, tables, view.lengths, scale=c.scale,
                                 window=None if w is None else (w - 1, -1))
         return A[:, :, 0].swapaxes(0, 1)
-    return ops.linear(layers(m, m._embed(ids), view.lengths - 1, attend), m.head)
+    return ops.linear(layers(m, m.embed(ids), view.lengths - 1, attend), m.head)
 
 
-def prefill_packed(m, prompts, pool, tables, shared=None, prior=()):  # -> logits (B, vocab)
+def prefill_packed(m, prompts, view, shared=None, prior=()):  # -> logits (B, vocab)
     """Prompts (arrays of ids) prefilled together, packed end to end: one pass over the weights
-    for all their rows, each prompt's keys and values written to its pages (tables: each one's
-    page ids, enough for it), each attending over its own rows (ops.attention_varlen); the
+    for all their rows, each prompt's keys and values written to its pages through view
+    (Memory.packed), each attending over its own rows (ops.attention_varlen); the
     logits after each prompt. shared: for each prompt None or (a, p) (shares): its first p
     positions are those of sequence a (prior[a], the page table of a sequence prefilled before,
     for a < len(prior), else prompt a - len(prior), an earlier one), whose keys and values it
@@ -124,38 +120,34 @@ def prefill_packed(m, prompts, pool, tables, shared=None, prior=()):  # -> logit
     call. A float32 GEMM past those rows is the BLAS's, whose row sums may (OpenBLAS's Haswell
     kernel): there they are within the tolerance table. Its own rows attend over them as they
     would alone."""
-    c, P = m.config, pool.page_keys
-    lens = np.array([len(p) for p in prompts])
+    c, lens = m.config, view.lengths
     cu = np.concatenate([[0], np.cumsum(lens)])
     positions = np.concatenate([np.arange(n) for n in lens])
-    page = np.concatenate([np.asarray(t)[np.arange(n) // P] for t, n in zip(tables, lens)])
-    slot = positions % P
     if shared is None or not any(shared):
         own, cu_q = None, cu
     else:
-        own, taken, (root_page, root_slot), cu_q = _shared_rows(cu, shared, (page, slot), prior, P)
+        where, P = (view.page, view.slot), view.memory.page_keys
+        own, taken, (root_page, root_slot), cu_q = _shared_rows(cu, shared, where, prior, P)
 
     def attend(i, q, k, v):  # q (hq, rows, dh), k, v (hkv, rows, dh): the computed rows
-        K, V = pool.layer(i)
         if own is None:
-            K[page, :, slot], V[page, :, slot] = k.swapaxes(0, 1), v.swapaxes(0, 1)
+            view.write(i, k, v)
             k, v = as_cached(m, k), as_cached(m, v)  # what the pages hold: float16 rounds
         else:  # the computed rows to their pages, the shared positions copied, then every key read back
-            K[page[own], :, slot[own]], V[page[own], :, slot[own]] = k.swapaxes(0, 1), v.swapaxes(0, 1)
-            K[page[taken], :, slot[taken]] = K[root_page, :, root_slot]
-            V[page[taken], :, slot[taken]] = V[root_page, :, root_slot]
-            k, v = (A[page, :, slot].swapaxes(0, 1).astype(np.float32, copy=False) for A in (K, V))
+            view.write(i, k, v, own)
+            view.copy(i, taken, root_page, root_slot)
+            k, v = view.gather(i)
         w = c.window(i)
         if i + 1 < c.n_layers:  # the last layer's q: each prompt's last row alone (layers' last)
             return ops.attention_varlen(q, k, v, cu_q, cu_seqlens_k=cu, causal=True, scale=c.scale,
                                         window=None if w is None else (w - 1, -1))
         # the last layer: each prompt's last query over its keys, as generate's prefill takes it
-        return np.concatenate([attend_cached(m, q[:, [b]], _keys(K, t, n), _keys(V, t, n), n - 1, n, w)
-                               for b, (t, n) in enumerate(zip(tables, lens))], 1)
+        return np.concatenate([attend_cached(m, q[:, [b]], *view.keys(i, b), n - 1, n, w)
+                               for b, n in enumerate(lens)], 1)
     ids = np.concatenate(prompts)
     if own is not None:
         ids, positions = ids[own], positions[own]
-    H = layers(m, m._embed(ids), positions, attend, cu_q[1:] - 1)
+    H = layers(m, m.embed(ids), positions, attend, cu_q[1:] - 1)
     return ops.linear(H, m.head)
 
 
@@ -230,19 +222,19 @@ def as_cached(m, k):  # k (float32) as the cache holds it: rounded to float16 an
 
 def decode_one(m, records, token, pos):  # -> logits (1, vocab)
     """run() for one token at position pos through the fused step: one ops.layer_step a layer."""
-    x = np.ascontiguousarray(m._embed([token])[0])  # (d,): the residual stream, updated in place
+    x = np.ascontiguousarray(m.embed([token])[0])  # (d,): the residual stream, updated in place
     for record in records:
         ops.layer_step(record, x, pos)
     return ops.linear(ops.rms_norm(x[None], m.norm, m.config.eps), m.head)
 
 
-def decode_rows(m, records, tokens, positions, pool, pages):  # -> logits (B, vocab)
+def decode_rows(m, records, tokens, view):  # -> logits (B, vocab)
     """decode_paged through the fused step of rows (ops.layer_step_rows, one call for all the layers):
-    token b at positions[b] over page pages[b] of the pool, where each sequence's positions fit
-    in its one page; records: the fused step's over a page (the pages' layout)."""
-    X = np.ascontiguousarray(m._embed(tokens), np.float32)  # (B, d): the residual rows
-    K, V = zip(*(pool.layer(i) for i in range(len(records))))
-    ops.layer_step_rows(list(records), X, positions, list(K), list(V), pages)
+    token b at position view.lengths[b] - 1 over page view.tables[b, 0], where each sequence's
+    positions fit in its one page; records: the fused step's over a page (the pages' layout)."""
+    X = np.ascontiguousarray(m.embed(tokens), np.float32)  # (B, d): the residual rows
+    K, V = zip(*(view.memory.layer(i) for i in range(len(records))))
+    ops.layer_step_rows(list(records), X, view.lengths - 1, list(K), list(V), view.tables[:, 0])
     return ops.linear(ops.rms_norm(X, m.norm, m.config.eps), m.head)
 
 
@@ -289,8 +281,9 @@ class BatchRunner:
             kept = [entry for entry in memory.kept if (len(entry[0]) <= few) == short]
             shared = shares([seq.ids for seq in group], None if short else few, lambda n: shareable(m, n),
                             [ids for ids, _ in prior + kept])
-            logits = prefill_packed(m, [seq.ids for seq in group], memory, [seq.pages for seq in group],
-                                    shared, [pages for _, pages in prior + kept])
+            view = memory.packed([seq.pages for seq in group], [len(seq.ids) for seq in group])
+            logits = prefill_packed(m, [seq.ids for seq in group], view, shared,
+                                    [pages for _, pages in prior + kept])
             for a in {share[0] - len(prior) for share in shared or () if share}:
                 if 0 <= a < len(kept):
                     memory.used(kept[a])
@@ -304,15 +297,13 @@ class BatchRunner:
         generate runs) or of rows (decode_rows) where every sequence's positions fit in its one
         page (a page laid out as a sequence's own cache), else the blocks over the pages."""
         m, memory = self.model, self.memory
-        one_page = m._fused and all(len(seq.pages) == 1 and len(seq.ids) + seq.max_new_tokens
+        one_page = m.fused and all(len(seq.pages) == 1 and len(seq.ids) + seq.max_new_tokens
                                     <= memory.page_keys for seq in seqs)
         tokens, positions = np.array([seq.token for seq in seqs]), np.array([seq.position for seq in seqs])
         if one_page and len(seqs) == 1:
             return decode_one(m, self.records(seqs[0].pages[0]), int(tokens[0]), int(positions[0]))
-        if one_page:
-            return decode_rows(m, self.records(0), tokens, positions, memory,
-                               np.array([seq.pages[0] for seq in seqs]))
-        return decode_paged(m, tokens, memory.view([seq.pages for seq in seqs], positions))
+        view = memory.view([seq.pages for seq in seqs], positions)
+        return (decode_rows(m, self.records(0), tokens, view) if one_page else decode_paged(m, tokens, view))
 
     def records(self, page):  # -> the fused step's records over the page, made once a page and kept
         records = self._records.get(page)
