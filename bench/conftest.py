@@ -22,15 +22,17 @@ OURS = [name for name, status in silkattn.backends().items()
         if name != "numpy" and status.startswith("available")]
 
 
-# each rival contender's library: a contender without it is skipped
-LIBRARIES = {"torch": "torch", "sentence-transformers": "sentence_transformers", "onnxruntime": "onnxruntime",
-             "llama.cpp": "llama_cpp", "transformers": "transformers"}
+# each rival contender's libraries: a contender without one of them is skipped (transformers reads a
+# GGUF file only with accelerate installed)
+LIBRARIES = {"torch": ("torch",), "sentence-transformers": ("sentence_transformers",),
+             "onnxruntime": ("onnxruntime",), "llama.cpp": ("llama_cpp",),
+             "transformers": ("transformers", "accelerate")}
 
 
 @pytest.fixture
 def contender(request):
-    if request.param in LIBRARIES:
-        pytest.importorskip(LIBRARIES[request.param], reason=f"{LIBRARIES[request.param]} is not installed")
+    for library in LIBRARIES.get(request.param, ()):
+        pytest.importorskip(library, reason=f"{library} is not installed")
     if request.param in ("torch", "sentence-transformers"):
         import torch
         torch.set_num_threads(THREADS)
