@@ -160,7 +160,7 @@ def test_a_directory_that_is_not_such_a_model_is_refused_clearly(tmp_path, edit,
 
 
 def test_load_refuses_a_missing_directory(tmp_path):
-    with pytest.raises(FileNotFoundError, match="is not a directory"):
+    with pytest.raises(FileNotFoundError, match="is neither a directory nor a file"):
         bert.load(tmp_path / "nowhere")
 
 

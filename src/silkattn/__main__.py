@@ -462,6 +462,8 @@ def main(argv=None):
                    help="sequences decoded together at most (default 16)")
     s.add_argument("--api-key", help="answer only requests sending 'Authorization: Bearer KEY'")
     s.add_argument("--name", help="the model's name in the API (default: the file's name)")
+    s.add_argument("--embedding", action="store_true",
+                   help="serve /v1/embeddings of a BERT-family GGUF file (--model) instead of completions")
     s.add_argument("--cache-tokens", type=int, help="the KV cache's positions for all sequences together "
                    "(default: max-batch x min(the context, 4096), a page a sequence; given, pages of 256 "
                    "positions, and a sequence past one page takes the slower paged step)")

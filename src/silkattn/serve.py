@@ -4,6 +4,7 @@
     GET  /v1/models              the one model served, by its file's name (or --name)
     POST /v1/completions         prompt -> text, as model.complete writes it
     POST /v1/chat/completions    messages -> the assistant's answer, as model.chat writes it
+    POST /v1/embeddings          input -> sentence embeddings (serve --embedding: a BERT GGUF file)
 
 Both POSTs take the OpenAI fields model, max_tokens (chat: or max_completion_tokens), temperature,
 top_p, seed, stop (a string or up to 4), n (1), stream, stream_options.include_usage, and top_k (an
@@ -27,6 +28,14 @@ back to each request's asyncio queue. A client that goes away (a stream closed, 
 connection dropped) has its sequence cancelled, its pages freed at the next step. On SIGINT uvicorn
 stops accepting, lets running requests finish (at most GRACE seconds, then cancels them) and the
 engine stops with the app. Needs the serve extra (uvicorn, starlette).
+
+serve --model FILE --embedding serves a BERT-family GGUF file (models.bert.load) at /v1/embeddings:
+input a string, a list of strings, a list of token ids or a list of such lists (at most
+MAX_INPUTS, each of at most the model's context); encoding_format "float" (the default) or
+"base64" (little-endian float32); each embedding pooled as the file's bert.pooling_type says and
+L2-normalised, as llama.cpp's server returns them; a request's inputs batched padding-free as
+SentenceEncoder.encode batches them, one request at a time on one worker thread. Completions and
+chats sent to such a server, and embeddings asked of a decoder, get a 400 naming the model.
 """
 import asyncio
 import json
@@ -37,12 +46,15 @@ import threading
 import time
 import uuid
 
+import numpy as np
+
 from .models import batch as _batch
 from .models import reasoning as _reasoning
 
 GRACE = 10  # seconds uvicorn waits on SIGINT for the running requests before cancelling them
 POLL = 0.5  # seconds between looks at a non-streaming request's connection (a stream's write fails)
 STOPS = 4   # the most stop strings a request may give (OpenAI's limit)
+MAX_INPUTS = 2048  # the most inputs an embeddings request may give (OpenAI's limit)
 
 
 class RequestError(Exception):
@@ -467,14 +479,94 @@ class _Reply:
                              "model": self.server.name, "choices": [choice], "usage": self.usage})
 
 
+def embedding_inputs(body, encoder, name):  # -> ([int64 arrays of token ids], base64: bool)
+    """The token ids of an embeddings request's inputs (strings tokenized as encoder.tokenize does:
+    [CLS] ... [SEP]; token ids taken as given), or a RequestError naming what is wrong."""
+    if not isinstance(body, dict):
+        raise RequestError(400, "the body must be a JSON object")
+    requested = body.get("model")
+    if not isinstance(requested, str):
+        raise RequestError(400, "'model' is required: a string naming the model", "model")
+    if requested != name:
+        raise RequestError(404, f"The model '{requested}' does not exist; this server has '{name}'", "model",
+                           "model_not_found")
+    fmt = _field(body, "encoding_format", (str,), "float", lambda v: v in ("float", "base64"),
+                 "'encoding_format' must be 'float' or 'base64'")
+    c = encoder.config
+    _field(body, "dimensions", (int,), c.d, lambda v: v == c.d, f"'dimensions' must be {c.d}, the model's")
+    given = body.get("input")
+    if isinstance(given, str) or (isinstance(given, list) and given and all(
+            isinstance(t, int) and not isinstance(t, bool) for t in given)):
+        given = [given]
+    if not isinstance(given, list) or not given or len(given) > MAX_INPUTS:
+        raise RequestError(400, f"'input' must be a string, a list of 1 to {MAX_INPUTS} strings, a list of "
+                           "token ids or a list of such lists", "input")
+    texts = [i for i, x in enumerate(given) if isinstance(x, str)]
+    try:
+        tokens = encoder.tokenize([given[i] for i in texts], truncate=False) if texts else []
+    except ValueError as e:  # "sentence j holds more than n tokens": input texts[j]
+        j, rest = str(e).split(" ", 2)[1:]
+        raise RequestError(400, f"input[{texts[int(j)]}] {rest}; this model embeds at most "
+                           f"{c.max_seq_length}", "input", "context_length_exceeded") from None
+    out = [None] * len(given)
+    for i, ids in zip(texts, tokens):
+        out[i] = ids
+    for i, x in enumerate(given):
+        if out[i] is None:
+            if not isinstance(x, list) or not x or not all(
+                    isinstance(t, int) and not isinstance(t, bool) and 0 <= t < c.vocab for t in x):
+                raise RequestError(400, f"input[{i}] must be a string or a non-empty list of token ids in "
+                                   f"[0, {c.vocab})", "input")
+            out[i] = np.asarray(x, np.int64)
+        if len(out[i]) > c.max_seq_length:
+            raise RequestError(400, f"input[{i}] holds {len(out[i])} tokens; this model embeds at most "
+                               f"{c.max_seq_length}", "input", "context_length_exceeded")
+    return out, fmt == "base64"
+
+
+class _Embedder:
+    """The /v1/embeddings handler over a SentenceEncoder: one request's inputs encoded at a time on
+    one worker thread (the kernels' own threads do the work; the event loop stays free)."""
+
+    def __init__(self, server, encoder):
+        import concurrent.futures
+        self.server, self.encoder = server, encoder
+        self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="silkattn-embed")
+
+    async def embeddings(self, request):
+        import base64
+
+        from starlette.responses import JSONResponse
+        try:
+            self.server.authorize(request)
+            try:
+                body = json.loads(await request.body())
+            except ValueError:
+                raise RequestError(400, "the body is not valid JSON") from None
+            tokens, b64 = embedding_inputs(body, self.encoder, self.server.name)
+        except RequestError as e:
+            return self.server.error(e)
+        E = await asyncio.get_running_loop().run_in_executor(self.pool, self.encoder.encode_tokens, tokens)
+        data = [{"object": "embedding", "index": i,
+                 "embedding": base64.b64encode(e.astype("<f4").tobytes()).decode() if b64 else e.tolist()}
+                for i, e in enumerate(E)]
+        n = int(sum(len(t) for t in tokens))
+        return JSONResponse({"object": "list", "data": data, "model": self.server.name,
+                             "usage": {"prompt_tokens": n, "total_tokens": n}})
+
+
 def create_app(model, name, *, max_batch=16, api_key=None, cache_tokens=None):
-    """The Starlette app serving `model` (a models.load result) as `name`."""
+    """The Starlette app serving `model` as `name`: a decoder (a models.load result) at the
+    completions, or a sentence encoder (models.bert.load) at /v1/embeddings."""
     from contextlib import asynccontextmanager
 
     from starlette.applications import Starlette
     from starlette.routing import Route
 
+    from .models import bert
     server, state = _Server(model, name, api_key), {}
+    if isinstance(model, bert.SentenceEncoder):
+        return _embedding_app(server, model, state)
 
     @asynccontextmanager
     async def lifespan(app):
@@ -484,11 +576,51 @@ def create_app(model, name, *, max_batch=16, api_key=None, cache_tokens=None):
         finally:
             server.engine.stop()
 
+    def cannot_embed(request):
+        return _refused(f"the model '{name}' is a decoder and does not embed: serve an embedding model "
+                        "(serve --model FILE --embedding)", "model")
+
     routes = [Route("/health", server.health), Route("/v1/models", server.models),
               Route("/v1/completions", server.completions, methods=["POST"]),
-              Route("/v1/chat/completions", server.chat_completions, methods=["POST"])]
+              Route("/v1/chat/completions", server.chat_completions, methods=["POST"]),
+              Route("/v1/embeddings", cannot_embed, methods=["POST"])]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.silkattn = state  # the engine, for tests and tools
+    return app
+
+
+def _refused(message, param):
+    from starlette.responses import JSONResponse
+    error = RequestError(400, message, param)
+    return JSONResponse(error.body, status_code=error.status)
+
+
+def _embedding_app(server, encoder, state):
+    """The app of an embedding model: /health, /v1/models, /v1/embeddings; completions refused."""
+    from contextlib import asynccontextmanager
+
+    from starlette.applications import Starlette
+    from starlette.routing import Route
+
+    embedder = state["embedder"] = _Embedder(server, encoder)
+
+    @asynccontextmanager
+    async def lifespan(app):
+        try:
+            yield
+        finally:
+            embedder.pool.shutdown(wait=True, cancel_futures=True)
+
+    def cannot_complete(request):
+        return _refused(f"the model '{server.name}' is an embedding model: it answers /v1/embeddings only",
+                        "model")
+
+    routes = [Route("/health", server.health), Route("/v1/models", server.models),
+              Route("/v1/embeddings", embedder.embeddings, methods=["POST"]),
+              Route("/v1/completions", cannot_complete, methods=["POST"]),
+              Route("/v1/chat/completions", cannot_complete, methods=["POST"])]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.silkattn = state
     return app
 
 
@@ -502,6 +634,16 @@ def main(args):
     from silkattn.models import llama
     if args.threads:
         silkattn.set_num_threads(args.threads)
+    if getattr(args, "embedding", False):
+        from silkattn.models import bert
+        if not args.model:
+            raise SystemExit("serve --embedding needs --model FILE: a BERT-family GGUF file")
+        model = bert.load(args.model)
+        name = args.name or os.path.basename(args.model)
+        app = create_app(model, name, api_key=args.api_key)
+        print(f"silkattn serve: embeddings of {name} on http://{args.host}:{args.port}/v1", flush=True)
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=GRACE)
+        return
     path = args.model or llama.default_path()
     given = {name: getattr(args, name) for name in ("activations", "kv_dtype")
              if getattr(args, name) is not None}

@@ -1,11 +1,16 @@
 """A pretrained BERT-family sentence encoder (e.g. all-MiniLM-L6-v2) from a sentence-transformers
-directory, on silkattn's ops, with no PyTorch:
+directory or a GGUF file of architecture "bert" (llama.cpp's converter writes one from such a
+directory), on silkattn's ops, with no PyTorch:
 
-    model = silkattn.models.bert.load(path)        # config.json, model.safetensors, tokenizer.json, ...
+    model = silkattn.models.bert.load(path)        # a directory, or a .gguf file
     embeddings = model.encode(["a sentence", "another one"])   # float32 (n, d), L2-normalised
 
-The weights load with the safetensors package and the text is tokenized by the tokenizers package
-from the model's own tokenizer.json (optional extra: pip install "silkattn[bert]").
+From a directory the weights load with the safetensors package and the text is tokenized by the
+tokenizers package from the model's own tokenizer.json (optional extra: pip install
+"silkattn[bert]"); from a GGUF file (the llm extra), the tensors are the file's (F32, F16, BF16
+and Q8_0 among them) and the WordPiece vocabulary its own (models.gguf), [CLS] and [SEP] added as
+llama.cpp adds them, the pooling its bert.pooling_type (mean or [CLS]), the result L2-normalised
+as llama.cpp's server returns it.
 
 No padding is computed: a batch's sequences are packed end to end, so the projections and the
 feed-forward run on the real tokens only and attention runs per sequence over its own keys
@@ -47,6 +52,7 @@ class BertConfig:
     eps: float = 1e-12
     max_seq_length: int = 512   # tokens a sentence is truncated to (sentence_bert_config.json)
     normalize: bool = True      # the pipeline ends in an L2 normalisation (modules.json)
+    pooling: str = "mean"       # a sentence's embedding: its tokens' mean, or "cls": its first token's
 
     @classmethod
     def from_dir(cls, path):
@@ -79,6 +85,37 @@ class BertConfig:
             raise ValueError(f"{path}: config.json lacks {e}") from None
         check.heads(config.h, config.d)
         return config
+
+
+    @classmethod
+    def from_gguf(cls, file):
+        """The config of a GGUF file of architecture "bert"; ValueError naming what it found for one
+        silkattn cannot run."""
+        arch = file.get("general.architecture")
+        if arch != "bert":
+            raise ValueError(f"{file.path}: architecture {arch!r} is not a BERT sentence encoder (\"bert\")")
+        for key, allowed in (("bert.attention.causal", (False,)), ("bert.pooling_type", tuple(GGUF_POOLING))):
+            if key in file.meta and file.get(key) not in allowed:
+                raise ValueError(f"{file.path}: metadata {key} = {file.get(key)!r}: silkattn's bert runs "
+                                 f"{' or '.join(map(repr, allowed))}")
+        try:
+            config = cls(vocab=len(file.get("tokenizer.ggml.tokens")),
+                         d=int(file.get("bert.embedding_length")),
+                         h=int(file.get("bert.attention.head_count")),
+                         n_layers=int(file.get("bert.block_count")),
+                         d_ff=int(file.get("bert.feed_forward_length")),
+                         max_positions=int(file.get("bert.context_length")),
+                         type_vocab=int(file.get("tokenizer.ggml.token_type_count", 2)),
+                         eps=float(file.get("bert.attention.layer_norm_epsilon")),
+                         max_seq_length=int(file.get("bert.context_length")),
+                         pooling=GGUF_POOLING[int(file.get("bert.pooling_type", 1))])
+        except KeyError as e:
+            raise ValueError(f"{file.path}: the file lacks metadata {e}") from None
+        check.heads(config.h, config.d)
+        return config
+
+
+GGUF_POOLING = {1: "mean", 2: "cls"}  # bert.pooling_type (llama.cpp's LLAMA_POOLING_TYPE_*) -> pooling
 
 
 def _json(path, name, default=None):
@@ -130,6 +167,74 @@ def _params(path, config):
     return P
 
 
+def _gguf_params(file, config, weights):
+    """A bert GGUF file's tensors in reference.bert's layout (projections (in, out) float32; with
+    weights "int8", QuantizedMatrix objects: a Q8_0 tensor's own blocks, any other quantized once);
+    ValueError naming a tensor that is missing, misshapen or not part of the architecture."""
+    d, d_ff, c = config.d, config.d_ff, config
+    expected = {"token_embd.weight": (c.vocab, d), "position_embd.weight": (c.max_positions, d),
+                "token_types.weight": (c.type_vocab, d), "token_embd_norm.weight": (d,),
+                "token_embd_norm.bias": (d,)}
+    layer = {"attn_q": (d, d), "attn_k": (d, d), "attn_v": (d, d), "attn_output": (d, d),
+             "attn_output_norm": None, "ffn_up": (d_ff, d), "ffn_down": (d, d_ff), "layer_output_norm": None}
+    for i in range(c.n_layers):
+        for name, shape in layer.items():
+            out = shape[0] if shape else d
+            expected.update({f"blk.{i}.{name}.weight": shape or (d,), f"blk.{i}.{name}.bias": (out,)})
+    for name, shape in expected.items():
+        if name not in file.tensors:
+            raise ValueError(f"{file.path}: the bert tensor {name} is missing")
+        if file.shape(name) != shape:
+            raise ValueError(f"{file.path}: tensor {name} has shape {file.shape(name)}, the metadata implies "
+                             f"{shape}")
+    unused = sorted(set(file.tensors) - set(expected))
+    if unused:  # a classifier head, a pooler: a part of the model silkattn would get wrong by leaving it
+        raise ValueError(f"{file.path}: tensor(s) {', '.join(unused[:5])} of the file are not part of the "
+                         "bert sentence encoder silkattn runs")
+
+    def get(name):
+        return file.dequantize(name)
+
+    def dense(name):  # (W (in, out), b): Q8_0 blocks kept where the file has them and weights is int8
+        w, b = f"{name}.weight", get(f"{name}.bias")
+        if weights == "int8" and file.tensors[w].tensor_type.name == "Q8_0":
+            return QuantizedMatrix("Q8_0", file.tensors[w].data, "int8"), b
+        W = get(w).T
+        return (QuantizedMatrix.from_float(np.ascontiguousarray(W), "int8", name=w) if weights == "int8"
+                else W), b
+
+    def norm(name):
+        return get(f"{name}.weight"), get(f"{name}.bias")
+
+    P = {"word": get("token_embd.weight"), "pos": get("position_embd.weight"),
+         "type": get("token_types.weight"), "ln": norm("token_embd_norm"), "eps": c.eps, "layers": []}
+    for i in range(c.n_layers):
+        b = f"blk.{i}."
+        attn = sum((dense(b + x) for x in ("attn_q", "attn_k", "attn_v", "attn_output")), ())
+        P["layers"].append({"attn": attn, "h": c.h, "ln1": norm(b + "attn_output_norm"),
+                            "ffn": dense(b + "ffn_up") + dense(b + "ffn_down"),
+                            "ln2": norm(b + "layer_output_norm")})
+    return P
+
+
+def _gguf_tokenizer(file, config):
+    """The file's WordPiece as a tokenizers.Tokenizer that adds [CLS] and [SEP] around a sentence
+    (tokenizer.ggml.bos_token_id and eos_token_id: llama.cpp's add_bos and add_eos) and truncates to
+    the context, [SEP] kept."""
+    from tokenizers.processors import TemplateProcessing
+
+    from . import gguf
+    tok = gguf.tokenizer(file).tok
+    tokens = file.get("tokenizer.ggml.tokens")
+    cls_id, sep_id = (int(file.get(f"tokenizer.ggml.{k}_token_id")) for k in ("bos", "eos"))
+    cls, sep = tokens[cls_id], tokens[sep_id]
+    tok.post_processor = TemplateProcessing(single=f"{cls} $A {sep}",
+                                            special_tokens=[(cls, cls_id), (sep, sep_id)])
+    tok.no_padding()
+    tok.enable_truncation(max_length=config.max_seq_length)
+    return tok
+
+
 def _int8(P):
     """P with every projection matrix as a QuantizedMatrix of Q8_0 blocks and int8 activations (the
     float32 matrices dropped): what load(weights="int8") runs."""
@@ -165,10 +270,14 @@ class SentenceEncoder:
             Wqkv = fused_qkv(Wq, Wk, Wv)
         return Wqkv, np.concatenate([bq, bk, bv]), Wo, bo
 
-    def tokenize(self, sentences):
-        """Each sentence's token ids ([CLS] ... [SEP], at most max_seq_length), as int64 arrays."""
+    def tokenize(self, sentences, truncate=True):
+        """Each sentence's token ids ([CLS] ... [SEP], at most max_seq_length), as int64 arrays; with
+        truncate=False a sentence longer than that is a ValueError naming it, not cut."""
         sentences = _sentences(sentences)
         encodings = self.tokenizer.encode_batch([s.strip() for s in sentences])  # stripped, as ST does
+        for i, e in enumerate(encodings):
+            if not truncate and e.overflowing:
+                raise ValueError(f"sentence {i} holds more than {self.config.max_seq_length} tokens")
         return [np.asarray(e.ids, np.int64) for e in encodings]
 
     def forward(self, ids, cu_seqlens):  # ids: (total,) packed sequences -> token embeddings (total, d)
@@ -200,12 +309,19 @@ class SentenceEncoder:
         return X
 
     def encode(self, sentences, batch_size=32, normalize=True, show_progress_bar=False, packed=True):
-        """float32 (n, d): each sentence's mean token embedding (L2-normalised if normalize), in the
-        order given; a str gives (d,). Batches of batch_size sentences of similar token counts,
-        packed end to end (packed=False: padded to the batch's longest, as sentence-transformers)."""
+        """float32 (n, d): each sentence's mean token embedding (its [CLS] token's where the config's
+        pooling is "cls"; L2-normalised if normalize), in the order given; a str gives (d,).
+        Batches of batch_size sentences of similar token counts, packed end to end (packed=False:
+        padded to the batch's longest, as sentence-transformers)."""
         single = isinstance(sentences, str)
-        batch_size = check.count(batch_size, "batch_size")
         tokens = self.tokenize([sentences] if single else sentences)
+        out = self.encode_tokens(tokens, batch_size, normalize, show_progress_bar, packed)
+        return out[0] if single else out
+
+    def encode_tokens(self, tokens, batch_size=32, normalize=True, show_progress_bar=False, packed=True):
+        """encode() of sentences given as their token ids (tokenize()'s: int arrays, [CLS] ... [SEP]
+        included, each of 1 to max_seq_length ids): float32 (n, d)."""
+        batch_size = check.count(batch_size, "batch_size")
         out = np.empty((len(tokens), self.config.d), np.float32)
         order = np.argsort([-len(t) for t in tokens], kind="stable")  # longest first
         starts = range(0, len(order), batch_size)
@@ -215,14 +331,16 @@ class SentenceEncoder:
             if packed:
                 cu = np.concatenate([[0], np.cumsum(lens)])
                 X = self.forward(np.concatenate([tokens[i] for i in batch]), cu)
-                pooled = np.add.reduceat(X, cu[:-1], axis=0) / lens[:, None].astype(np.float32)  # the mean
+                pooled = X[cu[:-1]] if self.config.pooling == "cls" else \
+                    np.add.reduceat(X, cu[:-1], axis=0) / lens[:, None].astype(np.float32)  # the mean
             else:
                 mask = np.arange(lens.max()) < lens[:, None]
                 ids = np.zeros(mask.shape, np.int64)
                 ids[mask] = np.concatenate([tokens[i] for i in batch])
-                pooled = ref.mean_pool(self.forward_padded(ids, mask), mask)
+                X = self.forward_padded(ids, mask)
+                pooled = X[:, 0] if self.config.pooling == "cls" else ref.mean_pool(X, mask)
             out[batch] = ref.normalize(pooled) if normalize else pooled
-        return out[0] if single else out
+        return out
 
 
 def _sentences(sentences):
@@ -251,7 +369,9 @@ def _progress(batches, show, n, batch_size):
 
 def load(path, weights="float32"):
     """The sentence-transformers model in directory `path` (config.json, model.safetensors,
-    tokenizer.json, 1_Pooling/config.json, modules.json, sentence_bert_config.json).
+    tokenizer.json, 1_Pooling/config.json, modules.json, sentence_bert_config.json), or the GGUF
+    file `path` of architecture "bert" (its matrices dequantized to float32, or with weights="int8"
+    a Q8_0 file's own blocks).
 
     weights="int8": every projection quantized once, here, to 8 bits (Q8_0 blocks: a scale per 32
     weights of an output column) and multiplied as integers by activations rounded to 8 bits per 32
@@ -263,8 +383,14 @@ def load(path, weights="float32"):
     if weights not in WEIGHTS:
         raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
     path = os.fspath(path)
+    if os.path.isfile(path):
+        from . import gguf
+        file = gguf.GGUFFile(path)
+        config = BertConfig.from_gguf(file)
+        P, tokenizer = _gguf_params(file, config, weights), _gguf_tokenizer(file, config)
+        return SentenceEncoder(config, P, tokenizer, weights)
     if not os.path.isdir(path):
-        raise FileNotFoundError(f"{path} is not a directory")
+        raise FileNotFoundError(f"{path} is neither a directory nor a file")
     for name in FILES:
         if not os.path.exists(os.path.join(path, name)):
             raise FileNotFoundError(f"{path} is not a sentence-transformers model directory: "
