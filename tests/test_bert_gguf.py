@@ -190,23 +190,13 @@ def test_llama_cpp_s_converter_s_file_embeds_as_the_directory(tmp_path, files, d
 @pytest.fixture(scope="module")
 def served(files):
     """(base URL, the encoder) of a live embedding server of the Q8_0 file on 127.0.0.1."""
-    uvicorn = pytest.importorskip("uvicorn", reason='pip install "silkattn[serve]"')
-    import threading
-    import time
+    pytest.importorskip("uvicorn", reason='pip install "silkattn[serve]"')
+    from live_server import live
 
     from silkattn import serve
     model = bert.load(files["Q8_0"])
-    srv = uvicorn.Server(uvicorn.Config(serve.create_app(model, "minilm"), host="127.0.0.1", port=0,
-                                        log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 60
-    while not srv.started:
-        assert time.time() < deadline and thread.is_alive(), "the server did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{srv.servers[0].sockets[0].getsockname()[1]}", model
-    srv.should_exit = True
-    thread.join(60)
+    with live(serve.create_app(model, "minilm")) as url:
+        yield url, model
 
 
 def _client(url):

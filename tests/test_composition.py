@@ -2,9 +2,6 @@
 parallel attention and feed-forward (X + attention(RMSNorm(X)) + ffn(RMSNorm(X)), one norm a layer)
 is a composition of models.blocks' blocks and a family entry, and it runs prefill, generate,
 generate_batch and the server, checked against the same composition of the reference's functions."""
-import threading
-import time
-
 import numpy as np
 import pytest
 
@@ -87,26 +84,16 @@ def test_a_parallel_composition_generates_as_its_numpy_composition(files, on_bac
 
 
 def test_a_parallel_composition_is_served(files):
-    uvicorn = pytest.importorskip("uvicorn", reason='pip install "silkattn[serve]"')
+    pytest.importorskip("uvicorn", reason='pip install "silkattn[serve]"')
     openai = pytest.importorskip("openai", reason='pip install "silkattn[test]"')
+    from live_server import live
+
     from silkattn import serve
     model = llama.load(files["Q8_0"][0])
-    app = serve.create_app(model, "parallel", max_batch=2)
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 60
-    while not srv.started:
-        assert time.time() < deadline and thread.is_alive(), "the server did not start"
-        time.sleep(0.05)
-    try:
-        port = srv.servers[0].sockets[0].getsockname()[1]
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="-", timeout=60, max_retries=0)
+    with live(serve.create_app(model, "parallel", max_batch=2)) as url:
+        client = openai.OpenAI(base_url=url + "/v1", api_key="-", timeout=60, max_retries=0)
         r = client.completions.create(model="parallel", prompt="the cat", max_tokens=8, temperature=0)
         assert r.choices[0].text == model.complete("the cat", 8)
         chat = [{"role": "user", "content": "hi"}]
         r = client.chat.completions.create(model="parallel", messages=chat, max_tokens=6, temperature=0)
         assert r.choices[0].message.content == model.chat(chat, 6)
-    finally:
-        srv.should_exit = True
-        thread.join(60)

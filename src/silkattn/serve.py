@@ -200,17 +200,21 @@ def _stops(body):
     return stops
 
 
-def parse(body, model, name, chat):
-    """(prompt ids, max_tokens, sampling, stops, stream, include_usage) of a request's JSON body, or
-    a RequestError: everything checked here, before the model sees it."""
-    if not isinstance(body, dict):
-        raise RequestError(400, "the body must be a JSON object")
+def _model_named(body, name):  # a RequestError unless the body's model is this server's
     requested = body.get("model")
     if not isinstance(requested, str):
         raise RequestError(400, "'model' is required: a string naming the model", "model")
     if requested != name:
         raise RequestError(404, f"The model '{requested}' does not exist; this server has '{name}'", "model",
                            "model_not_found")
+
+
+def parse(body, model, name, chat):
+    """(prompt ids, max_tokens, sampling, stops, stream, include_usage) of a request's JSON body, or
+    a RequestError: everything checked here, before the model sees it."""
+    if not isinstance(body, dict):
+        raise RequestError(400, "the body must be a JSON object")
+    _model_named(body, name)
     thinking = None
     if chat:
         messages, tools = _messages(body), _tools(body)
@@ -484,12 +488,7 @@ def embedding_inputs(body, encoder, name):  # -> ([int64 arrays of token ids], b
     [CLS] ... [SEP]; token ids taken as given), or a RequestError naming what is wrong."""
     if not isinstance(body, dict):
         raise RequestError(400, "the body must be a JSON object")
-    requested = body.get("model")
-    if not isinstance(requested, str):
-        raise RequestError(400, "'model' is required: a string naming the model", "model")
-    if requested != name:
-        raise RequestError(404, f"The model '{requested}' does not exist; this server has '{name}'", "model",
-                           "model_not_found")
+    _model_named(body, name)
     fmt = _field(body, "encoding_format", (str,), "float", lambda v: v in ("float", "base64"),
                  "'encoding_format' must be 'float' or 'base64'")
     c = encoder.config
