@@ -248,6 +248,25 @@ def test_a_bad_embeddings_request_is_refused_by_name(served, body, status, text)
     assert code == status and text in answer["error"]["message"]
 
 
+def test_an_embedding_server_s_metrics_count_inputs_and_tokens(served):
+    import urllib.request
+    url, model = served
+
+    def samples():
+        with urllib.request.urlopen(url + "/metrics", timeout=60) as r:
+            return dict(line.rsplit(" ", 1) for line in r.read().decode().splitlines()
+                        if line and not line.startswith("#"))
+    before = samples()
+    assert _post(url, "/v1/embeddings", {"model": "minilm", "input": SENTENCES[:3]})[0] == 200
+    after = samples()
+
+    def grew(name):
+        return float(after.get(name, 0)) - float(before.get(name, 0))
+    assert grew("silkattn_embedded_inputs_total") == 3
+    assert grew("silkattn_embedded_tokens_total") == sum(map(len, model.tokenize(SENTENCES[:3])))
+    assert grew('silkattn_requests_total{route="/v1/embeddings",status="200"}') == 1
+
+
 def test_an_embedding_server_does_not_complete_and_a_decoder_does_not_embed(served, tmp_path):
     for route in ("/v1/completions", "/v1/chat/completions"):
         code, answer = _post(served[0], route, {"model": "minilm", "prompt": "a"})

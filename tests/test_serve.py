@@ -428,3 +428,44 @@ def test_tools_and_template_keywords_reach_the_template(thinking_server):
     as_object = [{**t, "tool_calls": [decoded]} if t.get("tool_calls") else t for t in turns]
     prompt = model.apply_chat_template(as_object, tools=TOOLS)
     assert "(Oslo)" in prompt and usage["prompt_tokens"] == len(model.prompt_ids(prompt))
+
+
+def _metrics(base, headers=None):  # -> {sample name with its labels: value} of GET /metrics
+    conn = http.client.HTTPConnection(base.removeprefix("http://"), timeout=TIMEOUT)
+    conn.request("GET", "/metrics", headers=headers or {})
+    r = conn.getresponse()
+    status, text = r.status, r.read().decode()
+    conn.close()
+    assert status == 200, text
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            samples[name] = float(value)
+    return samples
+
+
+def test_metrics_count_requests_tokens_and_pages(server, client):
+    """GET /metrics (Prometheus's text format, the key asked as for any route): responses by route
+    and status, tokens in and out, and at rest no sequence and no page held."""
+    before = _metrics(server[0], {"Authorization": f"Bearer {KEY}"})
+    r = client.completions.create(model=NAME, prompt="the cat", max_tokens=5, temperature=0, extra_body={
+        "ignore_eos": True})
+    assert _raw(server, "POST", "/v1/completions", {"model": NAME})[0] == 400
+    deadline = time.time() + TIMEOUT
+    while not server[1].state.silkattn["engine"].batch.idle:
+        assert time.time() < deadline
+        time.sleep(0.01)
+    after = _metrics(server[0], {"Authorization": f"Bearer {KEY}"})
+
+    def grew(name):
+        return after.get(name, 0) - before.get(name, 0)
+    assert grew('silkattn_requests_total{route="/v1/completions",status="200"}') == 1
+    assert grew('silkattn_requests_total{route="/v1/completions",status="400"}') == 1
+    assert grew("silkattn_prompt_tokens_total") == r.usage.prompt_tokens
+    assert grew("silkattn_generation_tokens_total") == r.usage.completion_tokens
+    assert after["silkattn_sequences_running"] == after["silkattn_sequences_waiting"] == 0
+    assert after["silkattn_kv_pages_taken"] == 0 and after["silkattn_kv_pages_total"] > 0
+    assert 0 <= after["silkattn_prefix_reuse_ratio"] <= 1 and after["silkattn_decode_tokens_per_second"] > 0
+    status, body = _raw(server, "GET", "/metrics", headers={"Authorization": "Bearer wrong"})
+    assert status == 401

@@ -5,6 +5,9 @@
     POST /v1/completions         prompt -> text, as model.complete writes it
     POST /v1/chat/completions    messages -> the assistant's answer, as model.chat writes it
     POST /v1/embeddings          input -> sentence embeddings (serve --embedding: a BERT GGUF file)
+    GET  /metrics                Prometheus's text format: requests by route and status, tokens in
+                                 and out, tokens/s, sequences waiting and running, pages held, the
+                                 prompt positions taken from another sequence's keys
 
 Both POSTs take the OpenAI fields model, max_tokens (chat: or max_completion_tokens), temperature,
 top_p, seed, stop (a string or up to 4), n (1), stream, stream_options.include_usage, and top_k (an
@@ -380,6 +383,56 @@ class _Server:
         return reply.streamed(include_usage) if stream else await reply.whole(request)
 
 
+class _Counted:
+    """ASGI middleware: each response counted by its route and status (for /metrics)."""
+
+    def __init__(self, app, counts):
+        self.app, self.counts = app, counts
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def sending(message):
+            if message["type"] == "http.response.start":
+                key = (scope["path"], message["status"])
+                self.counts[key] = self.counts.get(key, 0) + 1
+            await send(message)
+        await self.app(scope, receive, sending)
+
+
+def metrics_text(counts, gauges):
+    """Prometheus's text exposition: counts {(route, status): n} as silkattn_requests_total, and
+    gauges [(name, kind, help, value)]."""
+    lines = ["# HELP silkattn_requests_total Responses sent, by route and status.",
+             "# TYPE silkattn_requests_total counter"]
+    lines += [f'silkattn_requests_total{{route="{route}",status="{status}"}} {n}'
+              for (route, status), n in sorted(counts.items())]
+    for name, kind, text, value in gauges:
+        lines += [f"# HELP silkattn_{name} {text}", f"# TYPE silkattn_{name} {kind}",
+                  f"silkattn_{name} {value:g}"]
+    return "\n".join(lines) + "\n"
+
+
+def _engine_gauges(batch):
+    s, pool = batch.stats, batch.pool
+    return [("prompt_tokens_total", "counter",
+             "Prompt tokens prefilled or taken from another sequence's keys.", s["prompt_tokens"]),
+            ("generation_tokens_total", "counter", "Tokens written.", s["new_tokens"]),
+            ("prompt_tokens_shared_total", "counter", "Prompt positions whose keys were copied from another "
+             "sequence's (the prefix reuse).", s["shared_tokens"]),
+            ("prefix_reuse_ratio", "gauge", "prompt_tokens_shared_total over prompt_tokens_total.",
+             s["shared_tokens"] / max(1, s["prompt_tokens"])),
+            ("decode_tokens_per_second", "gauge",
+             "Decoding steps' tokens over their seconds, since the start.",
+             s["batch_rows"] / s["decode_s"] if s["decode_s"] else 0.0),
+            ("sequences_waiting", "gauge", "Sequences waiting to join the batch.", len(batch.waiting)),
+            ("sequences_running", "gauge", "Sequences in the batch.", len(batch.running)),
+            ("kv_pages_total", "gauge", "Pages of the KV cache.", pool.pages),
+            ("kv_pages_taken", "gauge", "Pages held by running sequences.", pool.taken),
+            ("kv_pages_kept", "gauge", "Pages of ended prompts kept for later ones.", pool.kept_pages)]
+
+
 class _Reply:
     """One request's answer as the engine's events come: streamed chunks, or the whole of it."""
 
@@ -531,6 +584,7 @@ class _Embedder:
         import concurrent.futures
         self.server, self.encoder = server, encoder
         self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="silkattn-embed")
+        self.inputs = self.tokens = 0  # embedded so far (/metrics)
 
     async def embeddings(self, request):
         import base64
@@ -550,6 +604,7 @@ class _Embedder:
                  "embedding": base64.b64encode(e.astype("<f4").tobytes()).decode() if b64 else e.tolist()}
                 for i, e in enumerate(E)]
         n = int(sum(len(t) for t in tokens))
+        self.inputs, self.tokens = self.inputs + len(tokens), self.tokens + n
         return JSONResponse({"object": "list", "data": data, "model": self.server.name,
                              "usage": {"prompt_tokens": n, "total_tokens": n}})
 
@@ -560,6 +615,7 @@ def create_app(model, name, *, max_batch=16, api_key=None, cache_tokens=None):
     from contextlib import asynccontextmanager
 
     from starlette.applications import Starlette
+    from starlette.middleware import Middleware
     from starlette.routing import Route
 
     from .models import bert
@@ -575,6 +631,15 @@ def create_app(model, name, *, max_batch=16, api_key=None, cache_tokens=None):
         finally:
             server.engine.stop()
 
+    async def metrics(request):
+        from starlette.responses import PlainTextResponse
+        try:
+            server.authorize(request)
+        except RequestError as e:
+            return server.error(e)
+        gauges = _engine_gauges(server.engine.batch) if server.engine is not None else []
+        return PlainTextResponse(metrics_text(counts, gauges), media_type="text/plain; version=0.0.4")
+
     def cannot_embed(request):
         return _refused(f"the model '{name}' is a decoder and does not embed: serve an embedding model "
                         "(serve --model FILE --embedding)", "model")
@@ -582,8 +647,9 @@ def create_app(model, name, *, max_batch=16, api_key=None, cache_tokens=None):
     routes = [Route("/health", server.health), Route("/v1/models", server.models),
               Route("/v1/completions", server.completions, methods=["POST"]),
               Route("/v1/chat/completions", server.chat_completions, methods=["POST"]),
-              Route("/v1/embeddings", cannot_embed, methods=["POST"])]
-    app = Starlette(routes=routes, lifespan=lifespan)
+              Route("/v1/embeddings", cannot_embed, methods=["POST"]), Route("/metrics", metrics)]
+    counts = state["counts"] = {}
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(_Counted, counts=counts)])
     app.state.silkattn = state  # the engine, for tests and tools
     return app
 
@@ -599,6 +665,7 @@ def _embedding_app(server, encoder, state):
     from contextlib import asynccontextmanager
 
     from starlette.applications import Starlette
+    from starlette.middleware import Middleware
     from starlette.routing import Route
 
     embedder = state["embedder"] = _Embedder(server, encoder)
@@ -614,11 +681,22 @@ def _embedding_app(server, encoder, state):
         return _refused(f"the model '{server.name}' is an embedding model: it answers /v1/embeddings only",
                         "model")
 
+    async def metrics(request):
+        from starlette.responses import PlainTextResponse
+        try:
+            server.authorize(request)
+        except RequestError as e:
+            return server.error(e)
+        gauges = [("embedded_inputs_total", "counter", "Inputs embedded.", embedder.inputs),
+                  ("embedded_tokens_total", "counter", "Tokens embedded.", embedder.tokens)]
+        return PlainTextResponse(metrics_text(counts, gauges), media_type="text/plain; version=0.0.4")
+
     routes = [Route("/health", server.health), Route("/v1/models", server.models),
               Route("/v1/embeddings", embedder.embeddings, methods=["POST"]),
               Route("/v1/completions", cannot_complete, methods=["POST"]),
-              Route("/v1/chat/completions", cannot_complete, methods=["POST"])]
-    app = Starlette(routes=routes, lifespan=lifespan)
+              Route("/v1/chat/completions", cannot_complete, methods=["POST"]), Route("/metrics", metrics)]
+    counts = state["counts"] = {}
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(_Counted, counts=counts)])
     app.state.silkattn = state
     return app
 

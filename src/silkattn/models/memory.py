@@ -74,6 +74,14 @@ class Memory:
         return len(self._free) + sum(len(pages) for _, pages in self.kept) - self.reserved
 
     @property
+    def taken(self):  # pages some sequence holds (read or written)
+        return int((self.refs > 0).sum())
+
+    @property
+    def kept_pages(self):  # pages of ended prompts kept for later ones
+        return sum(len(pages) for _, pages in self.kept)
+
+    @property
     def nbytes(self):
         return self.data.nbytes + sum(a.nbytes for a in self.states.values())
 
