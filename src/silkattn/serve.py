@@ -10,8 +10,10 @@
                                  prompt positions taken from another sequence's keys
 
 Both POSTs take the OpenAI fields model, max_tokens (chat: or max_completion_tokens), temperature,
-top_p, seed, stop (a string or up to 4), n (1), stream, stream_options.include_usage, and top_k (an
-extension). Chat also takes tools (handed to the chat template, the file's tool_use one where it has
+top_p, seed, stop (a string or up to 4), n (1), stream, stream_options.include_usage, top_k (an
+extension), and response_format ({"type": "json_object"} or {"type": "json_schema", ...}: the answer
+held to the schema while it decodes, models.grammar; the schema compiled off the engine thread within
+COMPILE_SECONDS). Chat also takes tools (handed to the chat template, the file's tool_use one where it has
 it), chat_template_kwargs (keywords for the template, e.g. {"enable_thinking": false}),
 add_generation_prompt (vLLM's field; default true), messages' tool_calls, tool_call_id, name and
 reasoning_content, and reasoning_format: "auto" (the default) returns a thinking model's <think>
@@ -58,6 +60,7 @@ GRACE = 10  # seconds uvicorn waits on SIGINT for the running requests before ca
 POLL = 0.5  # seconds between looks at a non-streaming request's connection (a stream's write fails)
 STOPS = 4   # the most stop strings a request may give (OpenAI's limit)
 MAX_INPUTS = 2048  # the most inputs an embeddings request may give (OpenAI's limit)
+COMPILE_SECONDS = 10  # the most a response_format's schema may take to compile (off the engine thread)
 
 
 class RequestError(Exception):
@@ -212,6 +215,25 @@ def _model_named(body, name):  # a RequestError unless the body's model is this 
                            "model_not_found")
 
 
+def response_schema(body):  # -> the JSON schema the answer is held to, or None
+    """response_format: absent or {"type": "text"}: none; {"type": "json_object"}: any JSON object;
+    {"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}: that schema."""
+    fmt = body.get("response_format")
+    if fmt is None:
+        return None
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "object"}
+    spec = fmt.get("json_schema") if kind == "json_schema" else None
+    if isinstance(spec, dict) and isinstance(spec.get("schema", {}), dict):
+        return spec.get("schema", {})
+    raise RequestError(400, "'response_format' must be {\"type\": \"text\"}, {\"type\": \"json_object\"} or "
+                       "{\"type\": \"json_schema\", \"json_schema\": {\"name\": ..., \"schema\": {...}}}",
+                       "response_format")
+
+
 def parse(body, model, name, chat):
     """(prompt ids, max_tokens, sampling, stops, stream, include_usage) of a request's JSON body, or
     a RequestError: everything checked here, before the model sees it."""
@@ -335,6 +357,15 @@ class _Server:
 
     def __init__(self, model, name, api_key):
         self.model, self.name, self.api_key, self.engine = model, name, api_key, None
+        self.grammars = None  # _Grammars, made when a request first asks for a response_format
+
+    async def constrained(self, body, sampling):  # -> sampling, with the response_format's constraint
+        schema = response_schema(body)
+        if schema is None:
+            return sampling
+        if self.grammars is None:
+            self.grammars = _Grammars(self.model)
+        return dict(sampling, constraint=await self.grammars.constraint(schema))
 
     @staticmethod
     def error(e):
@@ -377,6 +408,10 @@ class _Server:
         except RequestError as e:
             return self.error(e)
         loop, events = asyncio.get_running_loop(), asyncio.Queue()
+        try:
+            sampling = await self.constrained(body, sampling)
+        except RequestError as e:
+            return self.error(e)
         handle = self.engine.submit(ids, new, sampling,
                                     lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev))
         reply = _Reply(self, chat, handle, events, _Text(self.model, stops), len(ids), thinking)
@@ -431,6 +466,33 @@ def _engine_gauges(batch):
             ("kv_pages_total", "gauge", "Pages of the KV cache.", pool.pages),
             ("kv_pages_taken", "gauge", "Pages held by running sequences.", pool.taken),
             ("kv_pages_kept", "gauge", "Pages of ended prompts kept for later ones.", pool.kept_pages)]
+
+
+class _Grammars:
+    """response_format's schemas compiled to a sequence's grammar.Constraint on a thread of their
+    own, each within COMPILE_SECONDS, so that one client's schema never stalls the engine's steps."""
+
+    def __init__(self, model):
+        import concurrent.futures
+        self.model = model
+        self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="silkattn-grammar")
+
+    def make(self, schema):
+        from .models import grammar
+        return grammar.Constraint(self.model, grammar.compile_schema(self.model, schema))
+
+    async def constraint(self, schema):  # -> grammar.Constraint, or a RequestError naming the schema
+        try:
+            work = asyncio.get_running_loop().run_in_executor(self.pool, self.make, schema)
+            return await asyncio.wait_for(work, COMPILE_SECONDS)
+        except ImportError:
+            raise RequestError(400, "response_format needs llguidance: pip install llguidance",
+                               "response_format") from None
+        except ValueError as e:
+            raise RequestError(400, f"response_format: {e}", "response_format") from None
+        except asyncio.TimeoutError:
+            raise RequestError(400, f"response_format: the schema took over {COMPILE_SECONDS} s to compile",
+                               "response_format") from None
 
 
 class _Reply:
@@ -630,6 +692,8 @@ def create_app(model, name, *, max_batch=16, api_key=None, cache_tokens=None):
             yield
         finally:
             server.engine.stop()
+            if server.grammars is not None:
+                server.grammars.pool.shutdown(wait=False, cancel_futures=True)
 
     async def metrics(request):
         from starlette.responses import PlainTextResponse

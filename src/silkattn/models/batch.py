@@ -53,6 +53,7 @@ class Sequence:
     reserved: int = 0          # pages promised to it, not yet taken
     shared: int = 0            # its first positions whose keys it took from another sequence (shares)
     finish_reason: str = None  # "stop" (EOS), "length" (max_new_tokens) or "cancelled"; None while it runs
+    constraint: object = None  # a grammar.Constraint its tokens are held to, or None
 
     @property
     def done(self):
@@ -94,9 +95,10 @@ class Batch:
         return not self.waiting and not self.running
 
     def submit(self, ids, max_new_tokens, *, temperature=0.0, top_k=None, top_p=None, seed=None,
-               ignore_eos=False):  # -> Sequence
+               ignore_eos=False, constraint=None):  # -> Sequence
         """A sequence to write up to max_new_tokens after ids, as Decoder.generate would; it waits
-        until a step has room for it. A sequence the pool could never hold is refused here."""
+        until a step has room for it. A sequence the pool could never hold is refused here.
+        constraint: a grammar.Constraint that masks its logits before each token is sampled."""
         m = self.model
         ids = m._ids(ids, "ids")
         check.count(max_new_tokens, "max_new_tokens", minimum=0)
@@ -108,7 +110,7 @@ class Batch:
                              f"of {self.pool.page_keys} positions; the cache holds {self.pool.pages} "
                              "(raise cache_tokens or cache_bytes)")
         seq = Sequence(ids, max_new_tokens, temperature, top_k, top_p, bool(ignore_eos),
-                       np.random.default_rng(seed))
+                       np.random.default_rng(seed), constraint=constraint)
         if max_new_tokens == 0:
             seq.finish_reason = "length"
         else:
@@ -165,7 +167,11 @@ class Batch:
         return written
 
     def _next(self, seq, logits):  # -> the token written
+        if seq.constraint is not None:
+            logits = seq.constraint.masked(logits)
         token = ref.next_token(logits, seq.temperature, seq.top_k, seq.rng, seq.top_p)
+        if seq.constraint is not None:
+            seq.constraint.advance(token)
         seq.new.append(token)
         self.stats["new_tokens"] += 1
         if token == self.model.eos_id and not seq.ignore_eos:
