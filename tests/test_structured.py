@@ -140,3 +140,18 @@ def test_masks_keep_only_what_the_grammar_allows(server):
         grammar.compile_schema(model, {"description": "x" * grammar.SCHEMA_BYTES})
     with pytest.raises(ValueError, match="must be an object"):
         grammar.compile_schema(model, ["a"])
+
+
+def test_real_vocabularies_bytes_join_into_their_texts():
+    """llama.cpp's vocabulary suite: the ids each model's own tokenizer gives a text (the .out files)
+    join, token by token, into the text's UTF-8 (SentencePiece's: after its dummy-prefix space)."""
+    import real_files
+    for name in real_files.SUITE:
+        file = gguf.GGUFFile(real_files.vocab_path(name))
+        if file.get("tokenizer.ggml.model") == "bert":
+            continue
+        tokens = grammar.token_bytes(file)
+        prefix = b" " if file.get("tokenizer.ggml.model") == "llama" else b""
+        for text, ids in real_files.vocab_cases(name).items():
+            joined = b"".join(tokens[i].removeprefix(b"\xff") for i in ids)
+            assert joined in (text.encode(), prefix + text.encode()), (name, text)
