@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 
+import numpy as np
 import pytest
 
 pytest.importorskip("uvicorn", reason='pip install "silkattn[serve]"')
@@ -469,3 +470,50 @@ def test_metrics_count_requests_tokens_and_pages(server, client):
     assert 0 <= after["silkattn_prefix_reuse_ratio"] <= 1 and after["silkattn_decode_tokens_per_second"] > 0
     status, body = _raw(server, "GET", "/metrics", headers={"Authorization": "Bearer wrong"})
     assert status == 401
+
+
+def test_chat_logprobs_are_the_model_s_and_stream_alike(server, client):
+    """Each token's log-probability is log_softmax of the model's logits at it (float64), greedy's
+    the largest of its top_logprobs; the bytes join into the answer; streamed, the same entries."""
+    model, messages = server[2], [{"role": "user", "content": "the cat"}]
+    r = client.chat.completions.create(model=NAME, messages=messages, max_tokens=6, temperature=0,
+                                       logprobs=True, top_logprobs=3)
+    entries = r.choices[0].logprobs.content
+    joined = b"".join(bytes(e.bytes) for e in entries)  # random weights: not always whole UTF-8
+    assert joined.decode("utf-8", "replace") == r.choices[0].message.content
+    ids = model.prompt_ids(model.apply_chat_template(messages))
+    logits = model.forward(ids)[-1].astype(np.float64)
+    first = logits - (logits.max() + np.log(np.exp(logits - logits.max()).sum()))
+    assert abs(entries[0].logprob - first.max()) < 1e-3
+    for e in entries:
+        assert len(e.top_logprobs) == 3 and e.logprob == e.top_logprobs[0].logprob <= 0
+        assert e.top_logprobs[0].logprob >= e.top_logprobs[1].logprob >= e.top_logprobs[2].logprob
+    chunks = client.chat.completions.create(model=NAME, messages=messages, max_tokens=6, temperature=0,
+                                            logprobs=True, top_logprobs=3, stream=True)
+    streamed = [e for c in chunks if c.choices and c.choices[0].logprobs
+                for e in c.choices[0].logprobs.content]
+    # the second request takes the first's keys (copied, within a float32 GEMM's rounding)
+    assert [e.token for e in streamed] == [e.token for e in entries]
+    np.testing.assert_allclose([e.logprob for e in streamed], [e.logprob for e in entries], atol=1e-5)
+
+
+def test_completion_logprobs_follow_the_text(client):
+    r = client.completions.create(model=NAME, prompt="the cat", max_tokens=5, temperature=0, logprobs=2)
+    lp = r.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.text_offset) == len(lp.top_logprobs)
+    assert lp.text_offset == sorted(lp.text_offset) and lp.text_offset[0] == 0
+    assert all(x <= 0 for x in lp.token_logprobs) and all(1 <= len(t) <= 2 for t in lp.top_logprobs)
+
+
+@pytest.mark.parametrize("route, body, param", [
+    ("/v1/chat/completions", {"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+    ("/v1/chat/completions", {"top_logprobs": 2}, "top_logprobs"),
+    ("/v1/chat/completions", {"logprobs": 3}, "logprobs"),
+    ("/v1/completions", {"logprobs": 6}, "logprobs"),
+    ("/v1/completions", {"logprobs": True}, "logprobs"),
+])
+def test_bad_logprobs_are_refused_by_name(server, route, body, param):
+    base = {"model": NAME, "max_tokens": 2, **({"messages": [{"role": "user", "content": "a"}]}
+                                                if "chat" in route else {"prompt": "a"})}
+    status, answer = _raw(server, "POST", route, {**base, **body})
+    assert status == 400 and answer["error"]["param"] == param

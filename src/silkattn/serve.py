@@ -11,7 +11,9 @@
 
 Both POSTs take the OpenAI fields model, max_tokens (chat: or max_completion_tokens), temperature,
 top_p, seed, stop (a string or up to 4), n (1), stream, stream_options.include_usage, top_k (an
-extension), and response_format ({"type": "json_object"} or {"type": "json_schema", ...}: the answer
+extension), logprobs (chat: true, with top_logprobs 0 to 20; completions: 0 to 5: each token's
+log-probability, log_softmax of the logits it was drawn from before temperature, and the top
+ones'), and response_format ({"type": "json_object"} or {"type": "json_schema", ...}: the answer
 held to the schema while it decodes, models.grammar; the schema compiled off the engine thread within
 COMPILE_SECONDS). Chat also takes tools (handed to the chat template, the file's tool_use one where it has
 it), chat_template_kwargs (keywords for the template, e.g. {"enable_thinking": false}),
@@ -138,6 +140,8 @@ class Engine:
                 for seq, token in written:
                     if len(seq.new) == 1:  # its first token: the prompt's positions taken from another's
                         self._sinks[seq](("cached", seq.shared))
+                    if seq.logprobs is not None:  # (its log-probability, the top ones) before the token
+                        self._sinks[seq](("logprob", seq.token_logprobs[-1]))
                     self._sinks[seq](("token", token))
             for handle, seq in list(seqs.items()):
                 if seq.done:
@@ -270,6 +274,7 @@ def parse(body, model, name, chat):
                                 "'top_p' must be in (0, 1]"),
                 "top_k": _field(body, "top_k", (int,), None, lambda v: v >= 1, "'top_k' must be at least 1"),
                 "seed": _field(body, "seed", (int,), None, lambda v: v >= 0, "'seed' must be non-negative")}
+    sampling.update(_logprob_fields(body, chat))
     stream = _field(body, "stream", (bool,), False)
     options = _field(body, "stream_options", (dict,), {})
     ids = model.prompt_ids(text)
@@ -284,6 +289,20 @@ def parse(body, model, name, chat):
     if any(t >= model.config.vocab for t in ids):
         raise RequestError(400, f"the {where} has a token outside the vocabulary", where)
     return ids, new, sampling, _stops(body), stream, bool(options.get("include_usage", False)), thinking
+
+
+def _logprob_fields(body, chat):  # -> {"logprobs": how many top ones} where asked, else {}
+    """Chat: logprobs (bool) and top_logprobs (0 to 20, with logprobs); completions: logprobs (0 to 5)."""
+    if chat:
+        top = _field(body, "top_logprobs", (int,), None, lambda v: 0 <= v <= 20,
+                     "'top_logprobs' must be in [0, 20]")
+        if not _field(body, "logprobs", (bool,), False):
+            if top is not None:
+                raise RequestError(400, "'top_logprobs' needs 'logprobs': true", "top_logprobs")
+            return {}
+        return {"logprobs": top or 0}
+    n = _field(body, "logprobs", (int,), None, lambda v: 0 <= v <= 5, "'logprobs' must be in [0, 5]")
+    return {} if n is None else {"logprobs": n}
 
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -358,6 +377,13 @@ class _Server:
     def __init__(self, model, name, api_key):
         self.model, self.name, self.api_key, self.engine = model, name, api_key, None
         self.grammars = None  # _Grammars, made when a request first asks for a response_format
+        self._vocabulary = None
+
+    def vocabulary(self):  # -> each token's bytes (grammar.token_bytes), read once
+        if self._vocabulary is None:
+            from .models import gguf, grammar
+            self._vocabulary = grammar.token_bytes(gguf.GGUFFile(self.model.path))
+        return self._vocabulary
 
     async def constrained(self, body, sampling):  # -> sampling, with the response_format's constraint
         schema = response_schema(body)
@@ -506,6 +532,8 @@ class _Reply:
         self.created, self.kind = int(time.time()), "chat.completion" if chat else "text_completion"
         self.usage = {"prompt_tokens": prompt_tokens, "completion_tokens": 0, "total_tokens": prompt_tokens,
                       "prompt_tokens_details": {"cached_tokens": 0}}
+        # entries: [(token, logprob, top)] not yet sent (None: not asked); offset: completions' text_offset
+        self.logprob, self.entries, self.offset = None, None, 0
 
     async def pieces(self):  # -> (piece of text, finish_reason or None) as the tokens come
         reason = None
@@ -514,8 +542,13 @@ class _Reply:
                 what, value = await self.events.get()
                 if what == "cached":  # OpenAI's field for the prompt tokens served from a cache
                     self.usage["prompt_tokens_details"] = {"cached_tokens": value}
+                elif what == "logprob":
+                    self.logprob, self.entries = value, self.entries if self.entries is not None else []
                 elif what == "token":
                     self.usage["completion_tokens"] += 1
+                    eos = value == self.server.model.eos_id
+                    if self.logprob is not None and not self.text.stopped and not eos:
+                        self.entries.append((value, *self.logprob))
                     piece = self.text.add(value)
                     if self.text.stopped:
                         self.server.engine.cancel(self.handle)
@@ -536,11 +569,32 @@ class _Reply:
     def chunk(self, piece, reason, first=False, field="content"):
         if self.chat:
             delta = {"role": "assistant", "content": ""} if first else {field: piece} if piece else {}
-            choice = {"index": 0, "delta": delta, "finish_reason": reason, "logprobs": None}
+            choice = {"index": 0, "delta": delta, "finish_reason": reason, "logprobs": self.take_logprobs()}
         else:
-            choice = {"index": 0, "text": piece, "finish_reason": reason, "logprobs": None}
+            choice = {"index": 0, "text": piece, "finish_reason": reason, "logprobs": self.take_logprobs()}
         return {"id": self.id, "object": self.kind + ".chunk" if self.chat else self.kind,
                 "created": self.created, "model": self.server.name, "choices": [choice]}
+
+    def take_logprobs(self):  # -> OpenAI's logprobs of the tokens not yet sent, or None
+        if self.entries is None:
+            return None
+        entries, self.entries = self.entries, []
+        vocabulary = self.server.vocabulary()
+
+        def text(t):
+            return vocabulary[t].removeprefix(b"\xff")
+        if self.chat:
+            def item(t, lp):
+                return {"token": text(t).decode("utf-8", "replace"), "logprob": lp, "bytes": list(text(t))}
+            return {"content": [dict(item(t, lp), top_logprobs=[item(i, x) for i, x in top])
+                                for t, lp, top in entries]}
+        tokens = [text(t).decode("utf-8", "replace") for t, _, _ in entries]
+        offsets = list(np.cumsum([0] + [len(t) for t in tokens])[:-1] + self.offset)
+        self.offset += sum(map(len, tokens))
+        return {"tokens": tokens, "token_logprobs": [lp for _, lp, _ in entries],
+                "top_logprobs": [{text(i).decode("utf-8", "replace"): x for i, x in top}
+                                 for _, _, top in entries],
+                "text_offset": [int(o) for o in offsets]}
 
     def streamed(self, include_usage):
         from starlette.responses import StreamingResponse
@@ -591,9 +645,10 @@ class _Reply:
             message["content"] = str(reply)
             if reply.reasoning_content is not None:
                 message["reasoning_content"] = reply.reasoning_content
+        logprobs = self.take_logprobs()
         choice = ({"index": 0, "message": message, "finish_reason": reason,
-                   "logprobs": None} if self.chat else
-                  {"index": 0, "text": content, "finish_reason": reason, "logprobs": None})
+                   "logprobs": logprobs} if self.chat else
+                  {"index": 0, "text": content, "finish_reason": reason, "logprobs": logprobs})
         return JSONResponse({"id": self.id, "object": self.kind, "created": self.created,
                              "model": self.server.name, "choices": [choice], "usage": self.usage})
 

@@ -54,6 +54,8 @@ class Sequence:
     shared: int = 0            # its first positions whose keys it took from another sequence (shares)
     finish_reason: str = None  # "stop" (EOS), "length" (max_new_tokens) or "cancelled"; None while it runs
     constraint: object = None  # a grammar.Constraint its tokens are held to, or None
+    logprobs: int = None       # None; else each token's log-probability and the top `logprobs` ones' kept
+    token_logprobs: list = dataclasses.field(default_factory=list)  # [(logprob, [(id, logprob), ...])]
 
     @property
     def done(self):
@@ -95,10 +97,13 @@ class Batch:
         return not self.waiting and not self.running
 
     def submit(self, ids, max_new_tokens, *, temperature=0.0, top_k=None, top_p=None, seed=None,
-               ignore_eos=False, constraint=None):  # -> Sequence
+               ignore_eos=False, constraint=None, logprobs=None):  # -> Sequence
         """A sequence to write up to max_new_tokens after ids, as Decoder.generate would; it waits
         until a step has room for it. A sequence the pool could never hold is refused here.
-        constraint: a grammar.Constraint that masks its logits before each token is sampled."""
+        constraint: a grammar.Constraint that masks its logits before each token is sampled;
+        logprobs: None, or how many of the likeliest tokens' log-probabilities to keep with each
+        token's own (seq.token_logprobs: log_softmax of the logits it was drawn from, before
+        temperature, after the constraint's mask)."""
         m = self.model
         ids = m._ids(ids, "ids")
         check.count(max_new_tokens, "max_new_tokens", minimum=0)
@@ -110,7 +115,8 @@ class Batch:
                              f"of {self.pool.page_keys} positions; the cache holds {self.pool.pages} "
                              "(raise cache_tokens or cache_bytes)")
         seq = Sequence(ids, max_new_tokens, temperature, top_k, top_p, bool(ignore_eos),
-                       np.random.default_rng(seed), constraint=constraint)
+                       np.random.default_rng(seed), constraint=constraint,
+                       logprobs=None if logprobs is None else check.count(logprobs, "logprobs", minimum=0))
         if max_new_tokens == 0:
             seq.finish_reason = "length"
         else:
@@ -172,6 +178,8 @@ class Batch:
         token = ref.next_token(logits, seq.temperature, seq.top_k, seq.rng, seq.top_p)
         if seq.constraint is not None:
             seq.constraint.advance(token)
+        if seq.logprobs is not None:
+            seq.token_logprobs.append(_logprobs(logits, token, seq.logprobs))
         seq.new.append(token)
         self.stats["new_tokens"] += 1
         if token == self.model.eos_id and not seq.ignore_eos:
@@ -188,3 +196,12 @@ class Batch:
         keep = seq.new and seq.pages and self.runner.keeps(seq)
         self.pool.give(seq.pages, seq.reserved, seq.ids if keep else None)
         seq.pages, seq.reserved = [], 0
+
+
+def _logprobs(logits, token, top):  # -> (token's log-probability, [(id, log-probability)] of the top)
+    """log_softmax of logits (float64) at token, and at the `top` likeliest tokens, likeliest first."""
+    x = np.asarray(logits, np.float64)
+    finite = x[np.isfinite(x)]
+    lse = finite.max() + np.log(np.exp(finite - finite.max()).sum())
+    best = np.argsort(-x, kind="stable")[:top] if top else []
+    return float(x[token] - lse), [(int(i), float(x[i] - lse)) for i in best]
