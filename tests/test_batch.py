@@ -555,3 +555,28 @@ def test_bad_prompts_are_named(files):
         model.generate_batch([[1, 2], [10 ** 6]], 3)
     with pytest.raises(ValueError, match="ids"):
         model.generate_batch([[1, 2], []], 3)
+
+
+@pytest.mark.parametrize("page_keys", [16, 64])
+def test_forks_answer_a_prompt_again_from_its_pages(files, page_keys):
+    """n > 1: forks joining with their parent take its prompt's pages (the full ones shared, the
+    last one copied) and its first logits; each writes what generate writes with its own seed, and
+    every page comes back."""
+    model = llama.load(files["llama-Q4_1"], **EXACT)
+    prompt, new = list(range(3, 40)), 9
+    runner = batch.Batch(model, max_batch=4, cache_tokens=4 * 64, page_keys=page_keys)
+    parent = runner.submit(prompt, new, temperature=0.8, seed=0, ignore_eos=True)
+    forks = [runner.fork(parent, temperature=0.8, seed=s, ignore_eos=True) for s in (1, 2)]
+    runner.step()
+    assert runner.stats["prompt_tokens"] == 3 * len(prompt)
+    assert runner.stats["shared_tokens"] >= 2 * len(prompt)
+    full = len(prompt) // page_keys
+    assert all(f.pages[:full] == parent.pages[:full] for f in forks)
+    assert all(runner.pool.refs[p] == 3 for p in parent.pages[:full])
+    while not runner.idle:
+        runner.step()
+    for seq, seed in zip([parent] + forks, (0, 1, 2)):
+        assert seq.new == model.generate(prompt, new, temperature=0.8, seed=seed, ignore_eos=True)
+    assert runner.pool.free == runner.pool.pages and not runner.pool.refs.any()
+    with pytest.raises(TypeError, match="fork"):
+        runner.fork(forks[0])

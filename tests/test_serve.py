@@ -231,7 +231,8 @@ CHAT = {"model": NAME, "messages": [{"role": "user", "content": "a"}], "max_toke
     ("/v1/completions", {**GOOD, "max_tokens": True}, 400, "max_tokens"),
     ("/v1/completions", {**GOOD, "temperature": 3}, 400, "temperature"),
     ("/v1/completions", {**GOOD, "top_p": 0}, 400, "top_p"),
-    ("/v1/completions", {**GOOD, "n": 2}, 400, "n"),
+    ("/v1/completions", {**GOOD, "n": 17}, 400, "n"),
+    ("/v1/completions", {**GOOD, "n": 0}, 400, "n"),
     ("/v1/completions", {**GOOD, "stop": ["a"] * 5}, 400, "stop"),
     ("/v1/completions", {**GOOD, "stream": "yes"}, 400, "stream"),
     ("/v1/completions", {**GOOD, "prompt": "x" * 200}, 400, "prompt"),
@@ -517,3 +518,24 @@ def test_bad_logprobs_are_refused_by_name(server, route, body, param):
                                                 if "chat" in route else {"prompt": "a"})}
     status, answer = _raw(server, "POST", route, {**base, **body})
     assert status == 400 and answer["error"]["param"] == param
+
+
+def test_n_answers_are_forks_each_as_chat_writes_it(server, client):
+    """n > 1: the prompt computed once (the others fork its pages), each answer as model.chat writes
+    it with seed + i; streamed, each choice's pieces make the same text; usage counts every answer."""
+    model, messages = server[2], [{"role": "user", "content": "the cat"}]
+    r = client.chat.completions.create(model=NAME, messages=messages, max_tokens=8, temperature=0.9, seed=5,
+                                       n=3)
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    texts = [c.message.content for c in r.choices]
+    assert texts == [model.chat(messages, 8, temperature=0.9, seed=5 + i) for i in range(3)]
+    ids = model.prompt_ids(model.apply_chat_template(messages))
+    assert r.usage.completion_tokens == sum(len(model.generate(ids, 8, temperature=0.9, seed=5 + i))
+                                            for i in range(3))
+    chunks = client.chat.completions.create(model=NAME, messages=messages, max_tokens=8, temperature=0.9,
+                                            seed=5, n=3, stream=True)
+    streamed = ["", "", ""]
+    for c in chunks:
+        for choice in c.choices:
+            streamed[choice.index] += choice.delta.content or ""
+    assert streamed == texts

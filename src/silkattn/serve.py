@@ -10,7 +10,8 @@
                                  prompt positions taken from another sequence's keys
 
 Both POSTs take the OpenAI fields model, max_tokens (chat: or max_completion_tokens), temperature,
-top_p, seed, stop (a string or up to 4), n (1), stream, stream_options.include_usage, top_k (an
+top_p, seed, stop (a string or up to 4), n (1 to MAX_N answers: the prompt computed once, the
+others forks of its pages, answer i drawn with seed + i), stream, stream_options.include_usage, top_k (an
 extension), logprobs (chat: true, with top_logprobs 0 to 20; completions: 0 to 5: each token's
 log-probability, log_softmax of the logits it was drawn from before temperature, and the top
 ones'), and response_format ({"type": "json_object"} or {"type": "json_schema", ...}: the answer
@@ -62,6 +63,7 @@ GRACE = 10  # seconds uvicorn waits on SIGINT for the running requests before ca
 POLL = 0.5  # seconds between looks at a non-streaming request's connection (a stream's write fails)
 STOPS = 4   # the most stop strings a request may give (OpenAI's limit)
 MAX_INPUTS = 2048  # the most inputs an embeddings request may give (OpenAI's limit)
+MAX_N = 16  # the most answers one request may ask for (n)
 COMPILE_SECONDS = 10  # the most a response_format's schema may take to compile (off the engine thread)
 
 
@@ -89,9 +91,14 @@ class Engine:
         self._thread.start()
 
     def submit(self, ids, max_new_tokens, sampling, sink):  # -> a handle for cancel()
-        handle = object()
-        self._inbox.put(("submit", handle, (ids, max_new_tokens, sampling, sink)))
-        return handle
+        return self.submit_many(ids, max_new_tokens, [sampling], [sink])[0]
+
+    def submit_many(self, ids, max_new_tokens, samplings, sinks):  # -> a handle a sequence, for cancel()
+        """n answers to one prompt (n > 1): the later ones forks of the first (Batch.fork: its prompt
+        computed once), each with its sampling and its sink."""
+        handles = [object() for _ in samplings]
+        self._inbox.put(("submit", handles, (ids, max_new_tokens, samplings, sinks)))
+        return handles
 
     def cancel(self, handle):
         self._inbox.put(("cancel", handle, None))
@@ -115,13 +122,17 @@ class Engine:
                     break
             for kind, handle, payload in items:
                 if kind == "submit":
-                    ids, new, sampling, sink = payload
-                    try:  # checked by parse() already; a refusal here ends this request alone
-                        seq = self.batch.submit(ids, new, **sampling)
-                    except (ValueError, TypeError) as e:
-                        sink(("done", f"refused: {e}"))
-                        continue
-                    seqs[handle], self._sinks[seq] = seq, sink
+                    ids, new, samplings, sinks = payload
+                    first = None
+                    for h, sampling, sink in zip(handle, samplings, sinks):
+                        try:  # checked by parse() already; a refusal here ends this request alone
+                            seq = self.batch.submit(ids, new, **sampling) if first is None else \
+                                self.batch.fork(first, **sampling)
+                        except (ValueError, TypeError) as e:
+                            sink(("done", f"refused: {e}"))
+                            continue
+                        first = first or seq
+                        seqs[h], self._sinks[seq] = seq, sink
                 elif kind == "cancel" and handle in seqs:
                     self.batch.cancel(seqs[handle])
                 elif kind == "stop":
@@ -264,8 +275,7 @@ def parse(body, model, name, chat):
         if not isinstance(prompt, str):
             raise RequestError(400, "'prompt' is required: a string (or a list of one)", "prompt")
         text, where = prompt, "prompt"
-    if _field(body, "n", (int,), 1) != 1:
-        raise RequestError(400, "only n = 1 is served", "n")
+    n = _field(body, "n", (int,), 1, lambda v: 1 <= v <= MAX_N, f"'n' must be in [1, {MAX_N}]")
     key = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
     new = _field(body, key, (int,), None if chat else 16, lambda v: v >= 1, f"'{key}' must be at least 1")
     sampling = {"temperature": float(_field(body, "temperature", (int, float), 1.0,
@@ -288,7 +298,7 @@ def parse(body, model, name, chat):
                            f"{len(ids)} and {new} more were asked", where, "context_length_exceeded")
     if any(t >= model.config.vocab for t in ids):
         raise RequestError(400, f"the {where} has a token outside the vocabulary", where)
-    return ids, new, sampling, _stops(body), stream, bool(options.get("include_usage", False)), thinking
+    return ids, new, sampling, _stops(body), stream, bool(options.get("include_usage", False)), thinking, n
 
 
 def _logprob_fields(body, chat):  # -> {"logprobs": how many top ones} where asked, else {}
@@ -429,19 +439,19 @@ class _Server:
                 body = json.loads(await request.body())
             except ValueError:
                 raise RequestError(400, "the body is not valid JSON") from None
-            ids, new, sampling, stops, stream, include_usage, thinking = parse(body, self.model, self.name,
-                                                                               chat)
+            ids, new, sampling, stops, stream, include_usage, thinking, n = parse(body, self.model, self.name,
+                                                                                  chat)
+            samplings = [dict(sampling, seed=None if sampling["seed"] is None else sampling["seed"] + i)
+                         for i in range(n)]  # each answer its own draws
+            samplings = [await self.constrained(body, s) for s in samplings]
         except RequestError as e:
             return self.error(e)
-        loop, events = asyncio.get_running_loop(), asyncio.Queue()
-        try:
-            sampling = await self.constrained(body, sampling)
-        except RequestError as e:
-            return self.error(e)
-        handle = self.engine.submit(ids, new, sampling,
-                                    lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev))
-        reply = _Reply(self, chat, handle, events, _Text(self.model, stops), len(ids), thinking)
-        return reply.streamed(include_usage) if stream else await reply.whole(request)
+        loop, queues = asyncio.get_running_loop(), [asyncio.Queue() for _ in range(n)]
+        handles = self.engine.submit_many(ids, new, samplings, [
+            lambda ev, q=q: loop.call_soon_threadsafe(q.put_nowait, ev) for q in queues])
+        replies = [_Reply(self, chat, h, q, _Text(self.model, stops), len(ids), thinking, index=i)
+                   for i, (h, q) in enumerate(zip(handles, queues))]
+        return _streamed(replies, include_usage) if stream else await _whole(replies, request)
 
 
 class _Counted:
@@ -524,8 +534,9 @@ class _Grammars:
 class _Reply:
     """One request's answer as the engine's events come: streamed chunks, or the whole of it."""
 
-    def __init__(self, server, chat, handle, events, text, prompt_tokens, thinking=None):
+    def __init__(self, server, chat, handle, events, text, prompt_tokens, thinking=None, index=0):
         self.server, self.chat, self.handle, self.events, self.text = server, chat, handle, events, text
+        self.index = index  # the choice it is (n > 1)
         # thinking: None, the reply not split; else whether it begins inside the prompt's <think>
         self.thinking = thinking
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
@@ -569,9 +580,11 @@ class _Reply:
     def chunk(self, piece, reason, first=False, field="content"):
         if self.chat:
             delta = {"role": "assistant", "content": ""} if first else {field: piece} if piece else {}
-            choice = {"index": 0, "delta": delta, "finish_reason": reason, "logprobs": self.take_logprobs()}
+            choice = {"index": self.index, "delta": delta, "finish_reason": reason,
+                      "logprobs": self.take_logprobs()}
         else:
-            choice = {"index": 0, "text": piece, "finish_reason": reason, "logprobs": self.take_logprobs()}
+            choice = {"index": self.index, "text": piece, "finish_reason": reason,
+                      "logprobs": self.take_logprobs()}
         return {"id": self.id, "object": self.kind + ".chunk" if self.chat else self.kind,
                 "created": self.created, "model": self.server.name, "choices": [choice]}
 
@@ -596,30 +609,22 @@ class _Reply:
                                  for _, _, top in entries],
                 "text_offset": [int(o) for o in offsets]}
 
-    def streamed(self, include_usage):
-        from starlette.responses import StreamingResponse
+    async def chunks(self):  # -> the stream's chunks (dicts) as the tokens come; an error's body as one
+        if self.chat:
+            yield self.chunk("", None, first=True)
+        try:
+            splitter = None if self.thinking is None else _reasoning.Splitter(self.thinking)
+            async for piece, reason in self.pieces():
+                if splitter is not None:  # the reasoning's pieces and the answer's, apart
+                    for field, part in splitter.feed(piece) + (splitter.finish() if reason else []):
+                        yield self.chunk(part, None, field=field)
+                    piece = ""
+                if piece or reason:
+                    yield self.chunk(piece, reason)
+        except RequestError as e:  # OpenAI's streams carry an error as an event
+            yield e.body
 
-        async def sse():
-            if self.chat:
-                yield f"data: {json.dumps(self.chunk('', None, first=True))}\n\n"
-            try:
-                splitter = None if self.thinking is None else _reasoning.Splitter(self.thinking)
-                async for piece, reason in self.pieces():
-                    if splitter is not None:  # the reasoning's pieces and the answer's, apart
-                        for field, part in splitter.feed(piece) + (splitter.finish() if reason else []):
-                            yield f"data: {json.dumps(self.chunk(part, None, field=field))}\n\n"
-                        piece = ""
-                    if piece or reason:
-                        yield f"data: {json.dumps(self.chunk(piece, reason))}\n\n"
-            except RequestError as e:  # OpenAI's streams carry an error as an event
-                yield f"data: {json.dumps(e.body)}\n\n"
-            if include_usage:
-                yield f"data: {json.dumps(dict(self.chunk('', None), choices=[], usage=self.usage))}\n\n"
-            yield "data: [DONE]\n\n"
-        return StreamingResponse(sse(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-
-    async def whole(self, request):
-        from starlette.responses import JSONResponse
+    async def result(self, request):  # -> (status, the choice or an error's body)
         gen, parts, reason = self.pieces(), [], None
         checked = time.monotonic()
         try:
@@ -631,11 +636,11 @@ class _Reply:
                         checked = time.monotonic()
                         if await request.is_disconnected():
                             step.cancel()
-                            return JSONResponse({}, status_code=499)
+                            return 499, {}
                 piece, reason = step.result()
                 parts.append(piece)
         except RequestError as e:
-            return self.server.error(e)
+            return e.status, e.body
         finally:
             await gen.aclose()
         content = "".join(parts)
@@ -646,11 +651,60 @@ class _Reply:
             if reply.reasoning_content is not None:
                 message["reasoning_content"] = reply.reasoning_content
         logprobs = self.take_logprobs()
-        choice = ({"index": 0, "message": message, "finish_reason": reason,
-                   "logprobs": logprobs} if self.chat else
-                  {"index": 0, "text": content, "finish_reason": reason, "logprobs": logprobs})
-        return JSONResponse({"id": self.id, "object": self.kind, "created": self.created,
-                             "model": self.server.name, "choices": [choice], "usage": self.usage})
+        return 200, ({"index": self.index, "message": message, "finish_reason": reason,
+                      "logprobs": logprobs} if self.chat else
+                     {"index": self.index, "text": content, "finish_reason": reason, "logprobs": logprobs})
+
+
+def _usage(replies):  # the answers' usage together: the prompt once, every answer's tokens
+    usage = dict(replies[0].usage)
+    usage["completion_tokens"] = sum(r.usage["completion_tokens"] for r in replies)
+    usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+    return usage
+
+
+async def _whole(replies, request):  # -> the JSON answer of one request's replies (its n choices)
+    from starlette.responses import JSONResponse
+    results = await asyncio.gather(*(r.result(request) for r in replies))
+    for status, body in results:
+        if status != 200:
+            for r in replies:  # one answer failed: the others are not waited for
+                r.server.engine.cancel(r.handle)
+            return JSONResponse(body, status_code=status)
+    first = replies[0]
+    return JSONResponse({"id": first.id, "object": first.kind, "created": first.created,
+                         "model": first.server.name, "choices": [body for _, body in results],
+                         "usage": _usage(replies)})
+
+
+def _streamed(replies, include_usage):  # -> the server-sent events of one request's replies
+    from starlette.responses import StreamingResponse
+
+    async def sse():
+        queue, live = asyncio.Queue(), len(replies)
+
+        async def pump(reply):
+            try:
+                async for chunk in reply.chunks():
+                    await queue.put(chunk)
+            finally:
+                await queue.put(None)
+        tasks = [asyncio.ensure_future(pump(r)) for r in replies]
+        try:
+            while live:
+                chunk = await queue.get()
+                if chunk is None:
+                    live -= 1
+                else:
+                    yield f"data: {json.dumps(chunk)}\n\n"
+            if include_usage:
+                tail = dict(replies[0].chunk("", None), choices=[], usage=_usage(replies))
+                yield f"data: {json.dumps(tail)}\n\n"
+            yield "data: [DONE]\n\n"
+        finally:  # the client went away: each answer's pieces() cancels its sequence
+            for task in tasks:
+                task.cancel()
+    return StreamingResponse(sse(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
 def embedding_inputs(body, encoder, name):  # -> ([int64 arrays of token ids], base64: bool)

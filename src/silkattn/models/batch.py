@@ -56,6 +56,7 @@ class Sequence:
     constraint: object = None  # a grammar.Constraint its tokens are held to, or None
     logprobs: int = None       # None; else each token's log-probability and the top `logprobs` ones' kept
     token_logprobs: list = dataclasses.field(default_factory=list)  # [(logprob, [(id, logprob), ...])]
+    fork_of: object = None     # the Sequence whose prompt's pages it forks when the two join together
 
     @property
     def done(self):
@@ -123,6 +124,17 @@ class Batch:
             self.waiting.append(seq)
         return seq
 
+    def fork(self, seq, **sampling):  # -> Sequence
+        """Another answer to seq's prompt (n > 1), with sampling of its own (submit's keywords): if it
+        joins in the step seq does, its prompt is not computed again: its pages are a fork of seq's
+        (memory.Memory.fork: the full ones shared, the last copied) and its first token is drawn
+        from seq's first logits; else it is prefilled as any prompt."""
+        if not isinstance(seq, Sequence) or seq.fork_of is not None:
+            raise TypeError("fork takes a Sequence of this batch that is not itself a fork")
+        forked = self.submit(seq.ids, seq.max_new_tokens, **sampling)
+        forked.fork_of = seq
+        return forked
+
     def cancel(self, seq):
         """Ends seq now (waiting or running): its pages go back to the pool."""
         if seq in self.waiting:
@@ -147,15 +159,18 @@ class Batch:
             seq.reserved = need
             self.running.append(seq)
             joining.append(seq)
-        for seq in [seq for seq in joining if len(seq.ids) == 1]:
+        forks = [seq for seq in joining if seq.fork_of in joining and len(seq.ids) > 1]
+        for seq in [seq for seq in joining if len(seq.ids) == 1 or seq in forks]:
             # a one-token prompt is a decoding step at position 0, as generate prefills it
             joining.remove(seq)
-            old.append(seq)
-            self.stats["prompt_tokens"] += 1
+            if seq not in forks:
+                old.append(seq)
+                self.stats["prompt_tokens"] += 1
         if joining:
             start = time.perf_counter()
-            before = [seq for seq in self.running if seq not in joining]
+            before = [seq for seq in self.running if seq not in joining and seq not in forks]
             prefilled = self.runner.prefill(joining, before)
+            prefilled += self._forked(forks, dict(prefilled))
             self.stats["prefill_s"] += time.perf_counter() - start
             self.stats["prompt_tokens"] += sum(len(seq.ids) for seq in joining)
             self.stats["shared_tokens"] += sum(seq.shared for seq in joining)
@@ -171,6 +186,19 @@ class Batch:
             self.stats["batch_rows"] += len(old)
             written += [(seq, self._next(seq, row)) for seq, row in zip(old, logits)]
         return written
+
+    def _forked(self, forks, logits):  # -> [(fork, its parent's first logits)]
+        """Each fork's pages forked from its parent's prompt, just prefilled (before any token is
+        drawn, so none has left yet)."""
+        out = []
+        for seq in forks:
+            seq.pages = self.pool.fork(seq.fork_of.pages, len(seq.ids))
+            seq.reserved -= len(seq.pages) - len(seq.ids) // self.pool.page_keys  # the copied page, taken
+            seq.shared = len(seq.ids)
+            self.stats["prompt_tokens"] += len(seq.ids)
+            self.stats["shared_tokens"] += len(seq.ids)
+            out.append((seq, logits[seq.fork_of]))
+        return out
 
     def _next(self, seq, logits):  # -> the token written
         if seq.constraint is not None:
