@@ -155,3 +155,11 @@ def test_real_vocabularies_bytes_join_into_their_texts():
         for text, ids in real_files.vocab_cases(name).items():
             joined = b"".join(tokens[i].removeprefix(b"\xff") for i in ids)
             assert joined in (text.encode(), prefix + text.encode()), (name, text)
+
+
+def test_each_of_n_answers_holds_to_the_schema(client):
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA}}
+    r = client.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "people"}], n=3,
+                                       max_tokens=120, temperature=1.0, seed=7, response_format=fmt)
+    docs = [valid(json.loads(c.message.content)) for c in r.choices]
+    assert len(docs) == 3 and all(c.finish_reason == "stop" for c in r.choices)

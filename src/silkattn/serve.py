@@ -395,13 +395,14 @@ class _Server:
             self._vocabulary = grammar.token_bytes(gguf.GGUFFile(self.model.path))
         return self._vocabulary
 
-    async def constrained(self, body, sampling):  # -> sampling, with the response_format's constraint
+    async def constrained(self, body, samplings):  # -> samplings, each with its own response_format matcher
         schema = response_schema(body)
         if schema is None:
-            return sampling
+            return samplings
         if self.grammars is None:
             self.grammars = _Grammars(self.model)
-        return dict(sampling, constraint=await self.grammars.constraint(schema))
+        constraints = await self.grammars.constraints(schema, len(samplings))
+        return [dict(s, constraint=c) for s, c in zip(samplings, constraints)]
 
     @staticmethod
     def error(e):
@@ -443,7 +444,7 @@ class _Server:
                                                                                   chat)
             samplings = [dict(sampling, seed=None if sampling["seed"] is None else sampling["seed"] + i)
                          for i in range(n)]  # each answer its own draws
-            samplings = [await self.constrained(body, s) for s in samplings]
+            samplings = await self.constrained(body, samplings)
         except RequestError as e:
             return self.error(e)
         loop, queues = asyncio.get_running_loop(), [asyncio.Queue() for _ in range(n)]
@@ -513,13 +514,14 @@ class _Grammars:
         self.model = model
         self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="silkattn-grammar")
 
-    def make(self, schema):
+    def make(self, schema, n):
         from .models import grammar
-        return grammar.Constraint(self.model, grammar.compile_schema(self.model, schema))
+        compiled = grammar.compile_schema(self.model, schema)
+        return [grammar.Constraint(self.model, compiled) for _ in range(n)]
 
-    async def constraint(self, schema):  # -> grammar.Constraint, or a RequestError naming the schema
+    async def constraints(self, schema, n):  # -> n grammar.Constraints, or a RequestError naming the schema
         try:
-            work = asyncio.get_running_loop().run_in_executor(self.pool, self.make, schema)
+            work = asyncio.get_running_loop().run_in_executor(self.pool, self.make, schema, n)
             return await asyncio.wait_for(work, COMPILE_SECONDS)
         except ImportError:
             raise RequestError(400, "response_format needs llguidance: pip install llguidance",
