@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("uvicorn", reason='pip install "silkattn[serve]"')
 openai = pytest.importorskip("openai", reason='pip install "silkattn[test]"')
 
-import uvicorn  # noqa: E402
+from live_server import live  # noqa: E402
 
 from silkattn import serve  # noqa: E402
 from silkattn.models import llama, runner  # noqa: E402
@@ -52,17 +52,8 @@ def server(path):
 def _serve(path):
     model = llama.load(path)
     app = serve.create_app(model, NAME, max_batch=4, api_key=KEY)
-    port = _free_port()
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.time() + TIMEOUT
-    while not srv.started:
-        assert time.time() < deadline and thread.is_alive(), "the server did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}", app, model
-    srv.should_exit = True
-    thread.join(TIMEOUT)
+    with live(app) as url:
+        yield url, app, model
 
 
 @pytest.fixture
