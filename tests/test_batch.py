@@ -557,6 +557,7 @@ def test_bad_prompts_are_named(files):
         model.generate_batch([[1, 2], []], 3)
 
 
+@pytest.mark.blas
 @pytest.mark.parametrize("page_keys", [16, 64])
 def test_forks_answer_a_prompt_again_from_its_pages(files, page_keys):
     """n > 1: forks joining with their parent take its prompt's pages (the full ones shared, the

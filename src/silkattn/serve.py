@@ -387,13 +387,10 @@ class _Server:
     def __init__(self, model, name, api_key):
         self.model, self.name, self.api_key, self.engine = model, name, api_key, None
         self.grammars = None  # _Grammars, made when a request first asks for a response_format
-        self._vocabulary = None
 
-    def vocabulary(self):  # -> each token's bytes (grammar.token_bytes), read once
-        if self._vocabulary is None:
-            from .models import gguf, grammar
-            self._vocabulary = grammar.token_bytes(gguf.GGUFFile(self.model.path))
-        return self._vocabulary
+    def vocabulary(self):  # -> each token's bytes (grammar.vocabulary: read once, shared with the grammars)
+        from .models import grammar
+        return grammar.vocabulary(self.model)
 
     async def constrained(self, body, samplings):  # -> samplings, each with its own response_format matcher
         schema = response_schema(body)

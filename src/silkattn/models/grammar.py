@@ -66,13 +66,19 @@ class _Wrapper:  # what llguidance.TokenizerWrapper reads of a tokenizer
         return self.model.tokenize(text)
 
 
+def vocabulary(model):  # -> token_bytes of the model's file, read once and kept on the model
+    made = getattr(model, "_token_bytes", None)
+    if made is None:
+        from . import gguf
+        made = model._token_bytes = token_bytes(gguf.GGUFFile(model.path))
+    return made
+
+
 def tokenizer(model):  # -> llguidance.LLTokenizer for the model, made once and kept on it
     made = getattr(model, "_lltokenizer", None)
     if made is None:
         import llguidance
-
-        from . import gguf
-        wrapper = _Wrapper(model, token_bytes(gguf.GGUFFile(model.path)))
+        wrapper = _Wrapper(model, vocabulary(model))
         made = llguidance.LLTokenizer(llguidance.TokenizerWrapper(wrapper), n_vocab=model.config.vocab,
                                       eos_token=model.eos_id)
         model._lltokenizer = made

@@ -184,10 +184,7 @@ class Memory:
         """The view of a prefill of B prompts packed end to end: tables, each prompt's page ids;
         lengths (B,), its positions; a row for each of their positions, prompt after prompt (row
         j of prompt b at position j - cu[b]), written where that position goes."""
-        lengths = np.asarray(lengths, np.int64)
-        table = np.zeros((len(tables), max(len(t) for t in tables)), np.int64)
-        for row, t in zip(table, tables):
-            row[:len(t)] = t
+        lengths, table = np.asarray(lengths, np.int64), _table(tables)
         positions = np.concatenate([np.arange(n) for n in lengths])
         page = np.concatenate([t[np.arange(n) // self.page_keys] for t, n in zip(table, lengths)])
         return View(self, table, lengths, page, positions % self.page_keys)
@@ -195,13 +192,17 @@ class Memory:
     def view(self, tables, positions, slots=None):  # -> View
         """The view of one step of B rows: tables, each row's page ids in order of position (lists);
         positions (B,), where each row's keys go; slots (B,), each row's state slot (or None)."""
-        table = np.zeros((len(tables), max(len(t) for t in tables)), np.int64)
-        for row, t in zip(table, tables):
-            row[:len(t)] = t
-        positions = np.asarray(positions, np.int64)
+        table, positions = _table(tables), np.asarray(positions, np.int64)
         rows = np.arange(len(positions))
         return View(self, table, positions + 1, table[rows, positions // self.page_keys],
                     positions % self.page_keys, None if slots is None else np.asarray(slots, np.int64))
+
+
+def _table(tables):  # lists of page ids -> (B, the longest) int64, zeros past each list's end
+    table = np.zeros((len(tables), max(len(t) for t in tables)), np.int64)
+    for row, t in zip(table, tables):
+        row[:len(t)] = t
+    return table
 
 
 @dataclasses.dataclass(frozen=True)
